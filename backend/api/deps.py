@@ -1,0 +1,60 @@
+"""Typed dependencies, so a route's signature says what it needs (a session, a reader, a submitter...)."""
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import Depends, Path, Request
+from sqlalchemy.orm import Session
+
+from backend.api.errors import UserError
+from backend.auth.roles import Permission
+from backend.auth.service import ANONYMOUS_READER, Principal, verify
+from backend.core.db import get_sessionmaker
+from backend.core.settings import Settings, get_settings
+
+COOKIE = "ulab_token"
+
+
+def get_session() -> Iterator[Session]:
+    session = get_sessionmaker()()
+    try:
+        yield session
+    finally:
+        session.close()
+
+
+SessionDep = Annotated[Session, Depends(get_session)]
+# Row ids in the URL: bounded to the database's integer range, so a huge id is a 422, not a database error.
+RowId = Annotated[int, Path(ge=1, le=2**31 - 1)]
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+
+
+def presented_token(request: Request) -> str | None:
+    """The token of a request: `Authorization: Bearer ...` (scripts, workers) or the httpOnly cookie (browser)."""
+    header = request.headers.get("authorization", "")
+    if header.lower().startswith("bearer "):
+        return header[7:].strip() or None
+    return request.cookies.get(COOKIE) or None
+
+
+def requires(permission: Permission):
+    def dependency(request: Request, session: SessionDep, settings: SettingsDep) -> Principal:
+        token = presented_token(request)
+        if token is None:
+            if permission == Permission.READ and settings.open_reads:
+                return ANONYMOUS_READER
+            raise UserError(401, "authorization", "sign in: send an API token (Authorization: Bearer ...)")
+        principal = verify(session, token)
+        if principal is None:
+            raise UserError(401, "authorization", "the API token is unknown or revoked")
+        if not principal.can(permission):
+            raise UserError(403, "authorization", f"role '{principal.role}' may not {permission.value}")
+        return principal
+
+    return dependency
+
+
+Reader = Annotated[Principal, Depends(requires(Permission.READ))]
+Submitter = Annotated[Principal, Depends(requires(Permission.SUBMIT))]
+Approver = Annotated[Principal, Depends(requires(Permission.APPROVE))]
+Ingester = Annotated[Principal, Depends(requires(Permission.INGEST))]
+Admin = Annotated[Principal, Depends(requires(Permission.ADMIN))]

@@ -1,0 +1,79 @@
+"""HTTP: metric ingest in batches, the bucketed chart query, and the live Server-Sent Events stream."""
+import asyncio
+import json
+
+from fastapi import APIRouter, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from sqlalchemy import func, select
+from sse_starlette.sse import EventSourceResponse
+
+from backend.api.deps import Ingester, Reader, RowId, SessionDep
+from backend.core.db import get_sessionmaker
+from backend.metrics import chart, service
+from backend.metrics.models import MetricPoint
+from backend.metrics.schemas import Accepted, MetricQueryOut, PointsIn
+from backend.runs.schemas import RunOut
+from backend.runs.service import get_run
+from backend.runs.states import TERMINAL, RunState
+
+router = APIRouter(prefix="/api/runs/{run_id}", tags=["metrics"])
+POLL_S = 0.25  # how often the stream looks for new rows; a point reaches the page within this + shipping
+
+
+@router.post("/metrics")
+def ingest(run_id: RowId, body: PointsIn, session: SessionDep, _: Ingester) -> Accepted:
+    """Store a batch of points; idempotent on (run, rank, step, name), so the worker may resend."""
+    get_run(session, run_id)
+    return Accepted(accepted=service.ingest(session, run_id, body.points))
+
+
+@router.get("/metrics/names")
+def metric_names(run_id: RowId, session: SessionDep, _: Reader) -> list[str]:
+    get_run(session, run_id)
+    return service.names(session, run_id)
+
+
+@router.get("/metrics")
+def query(run_id: RowId, session: SessionDep, _: Reader, name: str = Query(..., min_length=1, max_length=64),
+          start: int | None = Query(None, ge=0, le=2**31 - 1), end: int | None = Query(None, ge=0, le=2**31 - 1),
+          points: int = Query(1000, ge=1, le=10_000)) -> MetricQueryOut:
+    """At most `points` buckets per rank over the step range, each with min, max and last."""
+    get_run(session, run_id)
+    return chart.query(session, run_id, name, start, end, points)
+
+
+def _snapshot(run_id: int, cursor: int | None) -> tuple[dict, int, list[dict]]:
+    with get_sessionmaker()() as session:
+        run = RunOut.model_validate(get_run(session, run_id)).model_dump(mode="json")
+        if cursor is None:  # the stream starts now; history comes from the chart query
+            # the newest id of any run: an index end point, and every later point of this run is above it
+            cursor = session.scalar(select(func.coalesce(func.max(MetricPoint.id), 0)))
+            return run, cursor, []
+        cursor, points = service.points_after(session, run_id, cursor)
+        return run, cursor, points
+
+
+@router.get("/stream")
+async def stream(run_id: RowId, request: Request, session: SessionDep, _: Reader) -> EventSourceResponse:
+    """Server-Sent Events: `state` (the run, first and on every change) and `metrics` (new points)."""
+    get_run(session, run_id)
+    session.close()
+
+    async def events():
+        run, cursor, _ = await run_in_threadpool(_snapshot, run_id, None)
+        last_sent = run
+        yield {"event": "state", "data": json.dumps(run)}
+        while not await request.is_disconnected():
+            run, cursor, points = await run_in_threadpool(_snapshot, run_id, cursor)
+            if points:
+                yield {"event": "metrics", "data": json.dumps({"points": points})}
+            if {k: v for k, v in run.items() if k != "heartbeat_at"} != \
+               {k: v for k, v in last_sent.items() if k != "heartbeat_at"}:
+                last_sent = run
+                yield {"event": "state", "data": json.dumps(run)}
+            if RunState(run["state"]) in TERMINAL and not points:
+                await asyncio.sleep(POLL_S * 8)  # a finished run: keep the connection, look rarely
+            else:
+                await asyncio.sleep(POLL_S)
+
+    return EventSourceResponse(events(), ping=15)

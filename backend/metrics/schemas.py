@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+import math
+
+from pydantic import BaseModel, Field, field_validator
+
+
+class PointIn(BaseModel):
+    rank: int = Field(0, ge=0, le=1_000_000)
+    step: int = Field(ge=0, le=2**31 - 1)
+    name: str = Field(min_length=1, max_length=64)
+    value: float
+    wall_time: float = Field(0.0, ge=0, le=1e11)
+
+    @field_validator("value")
+    @classmethod
+    def _finite(cls, v: float) -> float:
+        if not math.isfinite(v):
+            raise ValueError("value must be a finite number")
+        return v
+
+
+class PointsIn(BaseModel):
+    points: list[PointIn] = Field(max_length=50_000)
+
+
+class Accepted(BaseModel):
+    accepted: int
+
+
+class SeriesOut(BaseModel):
+    rank: int
+    step: list[int]
+    min: list[float]
+    max: list[float]
+    last: list[float]
+
+
+class MetricQueryOut(BaseModel):
+    name: str
+    series: list[SeriesOut]

@@ -1,0 +1,114 @@
+"""Metric ingest: an idempotent upsert of the points, and of the rollups the chart query reads."""
+from __future__ import annotations
+
+from sqlalchemy import select, text
+from sqlalchemy.orm import Session
+
+from backend.metrics.chart import TIERS
+from backend.metrics.models import MetricPoint
+from backend.metrics.schemas import PointIn
+
+# Both dialects merge a batch's block summary into the stored one. A rewritten point (a resumed attempt
+# redoing the steps after its checkpoint) updates `last`; the block's min/max keep the extremes of both.
+_MERGE_ROLLUP = """
+ON CONFLICT (run_id, name, tier, bucket, rank) DO UPDATE SET
+    vmin = {least}(metric_rollups.vmin, excluded.vmin),
+    vmax = {greatest}(metric_rollups.vmax, excluded.vmax),
+    last_value = CASE WHEN excluded.last_step >= metric_rollups.last_step
+                      THEN excluded.last_value ELSE metric_rollups.last_value END,
+    last_step = {greatest}(metric_rollups.last_step, excluded.last_step)
+"""
+# SQLite (the embedded default): executemany of single-row upserts, blocks summarized in Python.
+_SQLITE_POINTS = text("""
+INSERT INTO metrics (run_id, rank, step, name, value, wall_time)
+VALUES (:run_id, :rank, :step, :name, :value, :wall_time)
+ON CONFLICT (run_id, name, step, rank) DO UPDATE SET value = excluded.value, wall_time = excluded.wall_time
+""")
+_SQLITE_ROLLUPS = text("""
+INSERT INTO metric_rollups (run_id, name, tier, bucket, rank, vmin, vmax, last_step, last_value)
+VALUES (:run_id, :name, :tier, :bucket, :rank, :vmin, :vmax, :last_step, :last_value)
+""" + _MERGE_ROLLUP.format(least="MIN", greatest="MAX"))  # SQLite's scalar min()/max()
+
+
+def block_summaries(run_id: int, rows: list[dict]) -> list[dict]:
+    """Min, max and last value of the batch's points per (name, rank, tier, block)."""
+    blocks: dict[tuple, dict] = {}
+    for r in rows:
+        for tier in TIERS:
+            key = (r["name"], r["rank"], tier, r["step"] // tier)
+            b = blocks.get(key)
+            if b is None:
+                blocks[key] = {"run_id": run_id, "name": r["name"], "rank": r["rank"], "tier": tier,
+                               "bucket": key[3], "vmin": r["value"], "vmax": r["value"], "last_step": r["step"],
+                               "last_value": r["value"]}
+            else:
+                b["vmin"], b["vmax"] = min(b["vmin"], r["value"]), max(b["vmax"], r["value"])
+                if r["step"] >= b["last_step"]:
+                    b["last_step"], b["last_value"] = r["step"], r["value"]
+    return list(blocks.values())
+
+
+def ingest(session: Session, run_id: int, points: list[PointIn]) -> int:
+    """Insert or overwrite points keyed by (run, name, step, rank): a resend never duplicates."""
+    if not points:
+        return 0
+    latest: dict[tuple, PointIn] = {}
+    for p in points:  # one key once per batch: the last write of a step wins
+        latest[(p.name, p.step, p.rank)] = p
+    # Key order: concurrent batches then lock shared rows (the rollup blocks) in the same order and wait
+    # for each other instead of deadlocking.
+    ordered = [latest[k] for k in sorted(latest)]
+    if session.bind.dialect.name == "postgresql":
+        _ingest_postgresql(session, run_id, ordered)
+    else:
+        rows = [{"run_id": run_id, "rank": p.rank, "step": p.step, "name": p.name, "value": p.value,
+                 "wall_time": p.wall_time} for p in ordered]
+        session.execute(_SQLITE_POINTS, rows)
+        blocks = sorted(block_summaries(run_id, rows), key=lambda b: (b["name"], b["tier"], b["bucket"], b["rank"]))
+        session.execute(_SQLITE_ROLLUPS, blocks)
+    session.commit()
+    return len(ordered)
+
+
+_PG_POINTS = text("""
+INSERT INTO metrics (run_id, rank, step, name, value, wall_time)
+SELECT :run_id, p.rank, p.step, p.name, p.value, p.wall_time
+FROM unnest(CAST(:ranks AS integer[]), CAST(:steps AS integer[]), CAST(:names AS varchar[]),
+            CAST(:values AS double precision[]), CAST(:walls AS double precision[]))
+     AS p(rank, step, name, value, wall_time)
+ON CONFLICT (run_id, name, step, rank) DO UPDATE SET value = excluded.value, wall_time = excluded.wall_time
+""")
+_PG_ROLLUPS = text("""
+INSERT INTO metric_rollups (run_id, name, tier, bucket, rank, vmin, vmax, last_step, last_value)
+SELECT :run_id, p.name, t.tier, p.step / t.tier, p.rank, MIN(p.value), MAX(p.value), MAX(p.step),
+       (ARRAY_AGG(p.value ORDER BY p.step DESC))[1]
+FROM unnest(CAST(:ranks AS integer[]), CAST(:steps AS integer[]), CAST(:names AS varchar[]),
+            CAST(:values AS double precision[])) AS p(rank, step, name, value),
+     unnest(CAST(:tiers AS integer[])) AS t(tier)
+GROUP BY p.name, t.tier, p.step / t.tier, p.rank
+ORDER BY 2, 3, 4, 5
+""" + _MERGE_ROLLUP.format(least="LEAST", greatest="GREATEST"))
+
+
+def _ingest_postgresql(session: Session, run_id: int, points: list[PointIn]) -> None:
+    """Two statements for the whole batch (arrays unnested in SQL; blocks summarized in SQL too)."""
+    cols = {"run_id": run_id, "ranks": [p.rank for p in points], "steps": [p.step for p in points],
+            "names": [p.name for p in points], "values": [p.value for p in points]}
+    session.execute(_PG_POINTS, cols | {"walls": [p.wall_time for p in points]})
+    session.execute(_PG_ROLLUPS, cols | {"tiers": list(TIERS)})
+
+
+def names(session: Session, run_id: int) -> list[str]:
+    return list(session.scalars(select(MetricPoint.name).where(MetricPoint.run_id == run_id).distinct()
+                                .order_by(MetricPoint.name)))
+
+
+def points_after(session: Session, run_id: int, cursor: int, limit: int = 5000) -> tuple[int, list[dict]]:
+    """New points of a run with id above the cursor, for the live stream; returns the new cursor."""
+    rows = session.execute(select(MetricPoint.id, MetricPoint.rank, MetricPoint.step, MetricPoint.name,
+                                  MetricPoint.value)
+                           .where(MetricPoint.run_id == run_id, MetricPoint.id > cursor)
+                           .order_by(MetricPoint.id).limit(limit)).all()
+    if not rows:
+        return cursor, []
+    return rows[-1][0], [{"rank": r, "step": s, "name": n, "value": v} for _, r, s, n, v in rows]

@@ -1,0 +1,53 @@
+"""Assemble the plan-v1 Estimate from a validated Spec."""
+from __future__ import annotations
+
+from .memory import GIB, estimate_memory
+from .throughput import estimate_throughput
+from .validate import Spec, parse
+
+
+def _r(x: float, nd: int = 3) -> float:
+    return round(float(x), nd)
+
+
+def memory_section(spec: Spec, mem: dict) -> dict:
+    breakdown = {k: _r(v / GIB) for k, v in mem["breakdown"].items()}
+    # Round the parts, then state the peak as their sum so the breakdown adds up exactly (plan-v1 invariant).
+    peak = _r(sum(breakdown.values()))
+    device_total = max(peak, _r(mem["device_total"] / GIB))
+    capacity = float(spec.gpu.memory_gib)
+    cpu = _r(mem["cpu_per_node"] / GIB, 1)
+    return {"peak_allocated_gib": peak, "device_total_gib": device_total, "gpu_capacity_gib": capacity,
+            "fits": device_total <= capacity, "breakdown_gib": breakdown, "peak_phase": mem["peak_phase"],
+            "cpu_gib_per_node": cpu, "cpu_capacity_gib_per_node": spec.cpu_gib_per_node,
+            "cpu_fits": cpu <= spec.cpu_gib_per_node,
+            "cpu_breakdown_gib_per_node": {k: _r(v / GIB, 1) for k, v in mem["cpu_breakdown_per_node"].items()}}
+
+
+def throughput_section(tp: dict) -> dict:
+    return {"step_time_s": _r(tp["step_time_s"], 4), "tokens_per_s": _r(tp["tokens_per_s"], 1),
+            "tokens_per_s_per_gpu": _r(tp["tokens_per_s_per_gpu"], 1), "tflops_per_gpu": _r(tp["tflops_per_gpu"], 1),
+            "mfu": _r(tp["mfu"], 4), "time_breakdown_s": {k: _r(v, 4) for k, v in tp["time_breakdown_s"].items()}}
+
+
+def estimate_spec(spec: Spec, warnings: list | None = None) -> dict:
+    mem = estimate_memory(spec)
+    tp = estimate_throughput(spec)
+    m = spec.model
+    return {"valid": True, "errors": [], "warnings": list(warnings or []),
+            "memory": memory_section(spec, mem), "throughput": throughput_section(tp),
+            "model": {"name": m.name, "params": m.total_params, "local_tokens_per_rank": spec.local_tokens}}
+
+
+def estimate(plan) -> dict:
+    """plan-v1 Estimate for a plan dict. Never raises for user errors: they come back as `valid: false`."""
+    spec, errors, warnings = parse(plan)
+    if spec is None:
+        return {"valid": False, "errors": errors, "warnings": warnings, "memory": None, "throughput": None}
+    return estimate_spec(spec, warnings)
+
+
+def fits(spec: Spec) -> bool:
+    """Whether a spec fits on the GPU and in host memory (the test the max-context search bisects on)."""
+    section = memory_section(spec, estimate_memory(spec))
+    return section["fits"] and section["cpu_fits"]

@@ -1,0 +1,260 @@
+"""Per-GPU memory of one training step under Ulysses SP + DeepSpeed ZeRO, term by term.
+
+Everything is bytes per rank unless a name says otherwise. The peak is the largest of three phases of a step:
+
+- "loss":      the backward of the cross-entropy, when the fp32 logits, log-softmax and their gradients are alive
+               on top of the checkpointed hidden states (or every layer's saved tensors without checkpointing);
+- "layer":     the backward of one decoder layer (after its recompute under activation checkpointing);
+- "optimizer": the optimizer step (no activations, but ZeRO-1/2 materialize fp32 gradient partitions).
+
+Sources for the formulas are cited beside each term. Notation: t = micro_batch * seq_len / sp_size tokens held by a
+rank between the all-to-alls, S = seq_len, h hidden, a heads, k kv heads, d head_dim, I intermediate, V vocab,
+L layers, B bytes of the training dtype, psi parameter count, N = dp_size * sp_size ranks that ZeRO shards over.
+"""
+from __future__ import annotations
+
+GIB = 2 ** 30
+
+# ZeRO paper (Rajbhandari et al. 2020, sec. 3.1): mixed-precision Adam keeps fp32 master weights, momentum and
+# variance = K = 12 bytes per parameter (8 when training in fp32, where the master copy is the parameter itself).
+ADAM_BYTES_MIXED = 12
+ADAM_BYTES_FP32 = 8
+# DeepSpeed defaults (deepspeed/runtime/zero/config.py): stage3_max_live_parameters = 1e9, sub_group_size = 1e9.
+MAX_LIVE_PARAMETERS = 1e9
+SUB_GROUP_SIZE = 1e9
+# ALST / ArcticTraining tiled logits loss: shards sized so each shard's fp32 logits are about 1 GiB.
+TILED_LOSS_SHARD_BYTES = GIB
+# cuBLAS/cuBLASLt workspaces live in the caching allocator (torch sizes them 32 MiB per handle on Hopper);
+# two streams (compute + DeepSpeed's reduce/prefetch streams) -> 64 MiB.
+CUBLAS_WORKSPACE_BYTES = 64 * 2 ** 20
+# What `nvidia-smi` shows on top of torch's allocated bytes (plan-v1 `device_total_gib`):
+# - CUDA context with lazy module loading, cuBLAS/cuDNN handles: about 0.5 GiB per process on H100 / CUDA 12.
+CUDA_CONTEXT_BYTES = 0.5 * GIB
+# - NCCL: each communicator allocates NCCL_BUFFSIZE (4 MiB) per channel for send and receive on every ring/tree
+#   and p2p channel; about 0.25 GiB per communicator on NVLink systems.
+NCCL_BYTES_PER_COMMUNICATOR = 0.25 * GIB
+# - Caching-allocator cache and fragmentation on top of the allocated peak. PyTorch's allocator rounds blocks to
+#   2 MiB / 512 B and keeps freed segments; 5% of the peak is the usual gap between max_memory_reserved and
+#   max_memory_allocated for transformer training (an assumption, not fitted to any row).
+ALLOCATOR_FRAGMENTATION = 0.05
+# Host memory a training process holds outside of offloaded tensors (CUDA host-side context, torch, NCCL host
+# buffers, the data loader): about 4 GiB per rank.
+HOST_BYTES_PER_RANK = 4 * GIB
+
+
+def norm_saved(n: int, B: int) -> int:
+    """Bytes per token an HF RMSNorm (LlamaRMSNorm / Qwen3RMSNorm) saves for backward over a width n:
+    the fp32 copy of its input (pow/mul save it) and the normalized tensor cast back to the dtype (saved by the
+    weight multiply). Its output is counted by whichever op saves it."""
+    return (4 + B) * n
+
+
+def layer_terms(m, sp: int, B: int, tiled_mlp: bool) -> dict:
+    """Per-token bytes of one decoder layer (SwiGLU MLP, GQA, RMSNorm, RoPE, no dropout).
+
+    This is Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models", sec. 4.1)
+    redone for the Hugging Face Llama/Qwen3 modules: no dropout masks, RMSNorm keeps an fp32 copy, SwiGLU
+    keeps gate, up, silu(gate) and their product, flash attention keeps q, k, v, out and the fp32 log-sum-exp
+    instead of the s x s scores. Under Ulysses (DeepSpeed ulysses_sp.py, ALST paper sec. 3.1) q/k/v are
+    all-to-all'ed to [S, heads/sp] before the kernel: the same bytes per rank, except that kv heads are
+    replicated to sp_size when kv_heads < sp_size (repeat_interleave in `_combine_local_sequences`).
+    """
+    h, a, k, d, inter = m.hidden_size, m.num_attention_heads, m.num_key_value_heads, m.head_dim, m.mlp_width
+    kv_eff = max(k, sp) if sp > 1 else k
+    qd, kvd = a * d, kv_eff * d
+    norm1 = norm_saved(h, B) + B * h                       # + its output, saved by q/k/v projections
+    qk_norm = norm_saved(a * d, B) + norm_saved(k * d, B) if m.qk_norm else 0
+    attn_in = B * (qd + 2 * kvd)                            # q, k, v as the attention kernel saves them
+    attn_out = B * qd + 4 * a                               # output + fp32 logsumexp (a/sp heads over S tokens)
+    o_in = B * qd if sp > 1 else 0                          # after the all-to-all back: a new tensor o_proj saves
+    norm2 = norm_saved(h, B) + B * h                        # + its output, saved by gate/up projections
+    mlp = 0 if tiled_mlp else 4 * B * inter                 # gate, up, silu(gate), silu(gate)*up
+    attn_saved = norm1 + qk_norm + attn_in + attn_out + o_in
+    saved = attn_saved + norm2 + mlp
+    # Backward working set of the layer, beyond what it saved:
+    # MLP: at the SwiGLU multiply's backward, the product is freed but d(prod), d(act), d(up) exist -> +2*B*I.
+    mlp_bwd_extra = 0 if tiled_mlp else 2 * B * inter
+    # Attention: flash-attn backward allocates dq, dk, dv and an fp32 dq accumulator (FlashAttention-2 bwd,
+    # Dao 2023) while the MLP's saved tensors are already freed.
+    attn_bwd = B * (qd + 2 * kvd) + 4 * qd
+    grad_stream = 2 * B * h                                 # incoming grad of the layer output + the residual grad
+    return {"saved": saved, "attn_saved": attn_saved, "mlp_bwd_extra": mlp_bwd_extra, "attn_bwd": attn_bwd,
+            "grad_stream": grad_stream, "q_bytes": B * qd, "kv_eff": kv_eff}
+
+
+def eager_scores_bytes(m, sp: int, B: int, S: int, b: int) -> int:
+    """The O(S^2) part of eager/math attention per layer and rank: HF eager_attention_forward keeps the fp32
+    softmax output (softmax(dtype=float32)) and its cast to the dtype for the probs @ V matmul."""
+    return b * (m.num_attention_heads // sp) * S * S * (4 + B)
+
+
+def adam_bytes(stage: int, B: int) -> int:
+    """Optimizer bytes per parameter. ZeRO-1/2 always clone an fp32 master partition (stage_1_and_2.py
+    `single_partition_of_fp32_groups`), even for fp32 models; ZeRO-3 reuses an fp32 partition as the master
+    (stage3.py `_create_fp32_partitions`), and without ZeRO a torch optimizer updates fp32 params in place."""
+    if B == 4 and stage in (0, 3):
+        return ADAM_BYTES_FP32
+    return ADAM_BYTES_MIXED
+
+
+def state_terms(spec) -> dict:
+    """Model states per GPU (ZeRO paper sec. 3-5) sharded over N = dp*sp: DeepSpeed's engine hands ZeRO the
+    `seq_data_parallel_group` (engine.py `_configure_zero_optimizer`), so Ulysses ranks shard states too."""
+    m, B, N, z = spec.model, spec.dtype_bytes, spec.world, spec.zero_stage
+    psi = m.total_params
+    params = B * psi / (N if z == 3 else 1)
+    if spec.offload_params:
+        params = 0.0
+    # Low-precision gradients: full with ZeRO 0/1, a partition with ZeRO-2/3. With optimizer offload the
+    # partition buffer lives on the CPU (stage3.py: grad_partitions_flat_buffer on self.device = cpu;
+    # stage_1_and_2.py accumulates into pinned CPU fp32 partitions).
+    grads = B * psi / (N if z >= 2 else 1)
+    if spec.offload_optimizer and z >= 2:
+        grads = 0.0
+    # fp32 gradient buffer ZeRO-3 keeps on the GPU when the optimizer is not offloaded
+    # (stage3.py initialize_optimizer_states: gradient_buffer of the largest sub group, sub_group_size=1e9).
+    fp32_grad_buffer = 4 * min(psi / N, SUB_GROUP_SIZE) if (z == 3 and not spec.offload_optimizer and B < 4) else 0.0
+    opt_per_param = adam_bytes(z, B)
+    optimizer = 0.0 if spec.offload_optimizer else opt_per_param * psi / (N if z >= 1 else 1)
+    # ZeRO-1/2 create the fp32 gradient partition at the step (stage_1_and_2.py: single_partition_of_fp32_groups
+    # .grad), transient and only on the GPU when the optimizer is on the GPU.
+    step_fp32_grads = 4 * psi / N if (z in (1, 2) and not spec.offload_optimizer) else 0.0
+    return {"params": params, "grads": grads + fp32_grad_buffer, "optimizer": optimizer,
+            "step_fp32_grads": step_fp32_grads}
+
+
+def zero_buffer_terms(spec) -> dict:
+    """ZeRO communication buffers with the "auto" sizes the Transformers integration fills in
+    (transformers/integrations/deepspeed.py: reduce_bucket_size = h^2, stage3_prefetch_bucket_size = 0.9 h^2,
+    stage3_param_persistence_threshold = 10 h). Gradients are reduced in fp32 when sp > 1
+    (DeepSpeed `seq_parallel_communication_data_type` defaults to fp32, engine.py)."""
+    m, B, z = spec.model, spec.dtype_bytes, spec.zero_stage
+    h = m.hidden_size
+    comm_bytes = 4 if spec.sp > 1 else B
+    bucket = comm_bytes * h * h                              # the contiguous IPG bucket (stage3.py ipg_buckets)
+    if z < 3:
+        return {"layer": bucket if z >= 1 else 0.0, "loss": bucket if z >= 1 else 0.0}
+    prefetch = B * 0.9 * h * h
+    # Gathered parameters while a layer runs backward (its weights, gathered for the recompute and kept for the
+    # backward) and the largest single-parameter gradient before it is copied into the bucket.
+    largest_param = h * max(m.moe_intermediate_size if m.num_experts else m.intermediate_size, m.q_dim)
+    layer_live = B * min(m.layer_params, max(MAX_LIVE_PARAMETERS, largest_param))   # max_live caps the sum only
+    largest_grad = B * largest_param
+    # During the loss the lm_head (tied: the embedding) weight is gathered in full (one parameter, never split).
+    head_live = B * m.vocab_size * h
+    return {"layer": layer_live + prefetch + bucket + largest_grad, "loss": head_live + prefetch + bucket}
+
+
+# Shard sizes. The real shard count rounds up (shards = ceil(total / target)), so real shards are at most the target
+# size and shrink by up to a factor n/(n+1) right after each boundary. Using the target size itself (capped by the
+# whole sequence) errs high by less than 1/shards and keeps memory monotone in seq_len, which the max-context
+# bisection relies on.
+def tiled_loss_shard_tokens(spec) -> int:
+    """ALST / ArcticTraining TiledFusedLogitsLoss: shards of about 1 GiB of fp32 logits."""
+    return max(1, min(spec.local_tokens, TILED_LOSS_SHARD_BYTES // (4 * spec.model.vocab_size)))
+
+
+def tiled_mlp_shard_tokens(spec) -> int:
+    """DeepSpeed TiledMLP as ALST uses it: num_shards = ceil(seqlen / hidden_size) (ulysses_sp.py docstring),
+    i.e. shards of about hidden_size tokens."""
+    s_local = spec.seq_len // spec.sp
+    return spec.micro_batch_size * min(s_local, spec.model.hidden_size)
+
+
+def activation_terms(spec) -> dict:
+    """Activation, logits and all-to-all bytes of the "loss" and "layer" phases."""
+    m, B, t, b, S, sp = spec.model, spec.dtype_bytes, spec.local_tokens, spec.micro_batch_size, spec.seq_len, spec.sp
+    h, V, L = m.hidden_size, m.vocab_size, m.num_hidden_layers
+    lt = layer_terms(m, sp, B, spec.tiled_mlp)
+    scores = eager_scores_bytes(m, sp, B, S, b) if spec.attn == "eager" else 0
+    if spec.activation_checkpointing:
+        # HF gradient checkpointing keeps each decoder layer's input (Korthikanti et al. sec. 5: 2*s*b*h per
+        # layer); ALST checkpoint offload moves them to the CPU, keeping the one in use plus the one in flight.
+        kept_layers = min(L, 2) if spec.checkpoint_offload else L
+        stored = kept_layers * B * h * t
+    else:
+        stored = L * (lt["saved"] * t + scores)
+    final_norm = (norm_saved(h, B) + B * h) * t              # final RMSNorm + its output, the lm_head input
+    # ---- logits and loss (transformers loss_utils.ForCausalLMLoss: logits.float() then cross_entropy) ----
+    # forward: bf16 logits (B*V) + fp32 upcast (4V) + log_softmax output (4V, saved);
+    # backward: saved log_softmax (4V) + nll_loss grad (4V) + log_softmax grad (4V) -> 12V per token, the peak.
+    if spec.tiled_logits_loss:
+        # DeepSpeed TiledFusedLogitsLoss (ALST sec. 3.3): forward+backward per shard, never the full logits;
+        # x_grad = zeros_like(hidden) for the whole local sequence, and the lm_head weight gradient accumulates
+        # over the shards before ZeRO reduces it (its `compute_params` defer the reduction to the last shard).
+        logits = max(12 * V, (B + 8) * V) * tiled_loss_shard_tokens(spec) + B * h * t + B * V * h
+    else:
+        logits = max(12 * V, (B + 8) * V) * t
+    # ---- one layer's backward ----
+    if spec.tiled_mlp:
+        ts = tiled_mlp_shard_tokens(spec)
+        # TiledMLP (ulysses_sp.py): per shard the SwiGLU intermediates and their grads (6 B I per token), plus
+        # x_grad for the whole sequence and the MLP weight grads accumulated over shards (reduction deferred).
+        mlp_peak = lt["saved"] * t + 6 * B * m.mlp_width * ts + B * h * t + B * 3 * h * m.mlp_width
+    else:
+        mlp_peak = (lt["saved"] + lt["mlp_bwd_extra"]) * t
+    attn_peak = (lt["attn_saved"] + lt["attn_bwd"]) * t
+    # eager: while the attention backs up, the saved probabilities are joined by their gradients (dtype + fp32)
+    layer_work = max(mlp_peak + scores, attn_peak + 2 * scores) + lt["grad_stream"] * t
+    # Ulysses all-to-all: a contiguous send copy and a receive buffer for the largest transfer (q / dq).
+    comm = 2 * lt["q_bytes"] * t if sp > 1 else 0
+    if spec.activation_checkpointing:
+        layer_act = stored + layer_work
+    else:
+        layer_act = stored + layer_work - lt["saved"] * t - scores
+    framework = CUBLAS_WORKSPACE_BYTES + 24 * b * S + 2 * 2 * B * m.head_dim * t   # ids/labels/positions, rope
+    return {"loss": {"activations": stored, "logits_and_loss": logits + final_norm, "comm_buffers": 0.0},
+            "layer": {"activations": layer_act, "logits_and_loss": 0.0, "comm_buffers": comm},
+            "framework": framework, "checkpoint_bytes_cpu": (L * B * h * t if spec.checkpoint_offload else 0.0)}
+
+
+def communicators(spec) -> int:
+    """NCCL communicators a rank holds: the ZeRO/world group, the SP group and the DP group when distinct."""
+    if spec.world == 1:
+        return 0
+    n = 1
+    if 1 < spec.sp < spec.world:
+        n += 2
+    return n
+
+
+def estimate_memory(spec) -> dict:
+    st = state_terms(spec)
+    zb = zero_buffer_terms(spec)
+    act = activation_terms(spec)
+    base = {"params": st["params"], "grads": st["grads"], "optimizer": st["optimizer"]}
+    phases = {}
+    for name in ("loss", "layer"):
+        phases[name] = {**base, "activations": act[name]["activations"],
+                        "logits_and_loss": act[name]["logits_and_loss"], "zero_buffers": zb[name],
+                        "comm_buffers": act[name]["comm_buffers"], "framework_overhead": act["framework"]}
+    phases["optimizer"] = {**base, "grads": st["grads"] + st["step_fp32_grads"], "activations": 0.0,
+                           "logits_and_loss": 0.0, "zero_buffers": zb["layer"], "comm_buffers": 0.0,
+                           "framework_overhead": act["framework"]}
+    peak_phase = max(phases, key=lambda p: sum(phases[p].values()))
+    breakdown = phases[peak_phase]
+    allocated = sum(breakdown.values())
+    device_total = (allocated * (1 + ALLOCATOR_FRAGMENTATION) + CUDA_CONTEXT_BYTES
+                    + NCCL_BYTES_PER_COMMUNICATOR * communicators(spec))
+    cpu = cpu_terms(spec, act["checkpoint_bytes_cpu"])
+    activation_phases = {name: {k: phases[name][k] for k in ("activations", "logits_and_loss", "comm_buffers")}
+                         for name in ("loss", "layer")}
+    return {"breakdown": breakdown, "peak_phase": peak_phase, "activation_phases": activation_phases, "allocated": allocated, "device_total": device_total,
+            "cpu_per_node": cpu["total_per_node"], "cpu_breakdown_per_node": cpu["breakdown"]}
+
+
+def cpu_terms(spec, checkpoint_bytes: float) -> dict:
+    """Host memory per node: offloaded optimizer states, gradients and parameters (ZeRO-Offload, Ren et al. 2021;
+    stage3.py pinned buffers), offloaded activation checkpoints (ALST), plus each process's own footprint."""
+    m, N, z, B = spec.model, spec.world, spec.zero_stage, spec.dtype_bytes
+    psi_rank = m.total_params / (N if z >= 1 else 1)
+    per_rank = {"optimizer": 0.0, "grads": 0.0, "params": 0.0, "checkpoints": checkpoint_bytes,
+                "process": HOST_BYTES_PER_RANK}
+    if spec.offload_optimizer:
+        per_rank["optimizer"] = (ADAM_BYTES_MIXED if z == 3 else adam_bytes(z, B)) * psi_rank  # offload: fresh fp32 copy
+        # fp32 gradient partition the CPU optimizer reads (+ ZeRO-3's low-precision accumulation buffer on CPU)
+        per_rank["grads"] = 4 * psi_rank + (B * psi_rank if z == 3 else 0)
+    if spec.offload_params:
+        per_rank["params"] = B * m.total_params / N
+    r = spec.ranks_per_node
+    return {"breakdown": {k: v * r for k, v in per_rank.items()}, "total_per_node": sum(per_rank.values()) * r}

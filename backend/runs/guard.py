@@ -1,0 +1,47 @@
+"""What a run spec may ask for: paths only under the allowed roots, sizes within bounds. The launch path
+has no shell anywhere (argument lists only), so a path is only ever a file name, never a command."""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from backend.api.errors import UserError
+from backend.core.settings import Settings
+
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$")
+
+
+def resolve_allowed(path: str, field: str, settings: Settings) -> str:
+    """The absolute, symlink-free path if it lies under an allowed root; else a 422 naming the field."""
+    if "\x00" in path:
+        raise UserError(422, field, "the path contains a NUL byte")
+    given = Path(path).expanduser()
+    resolved = Path(os.path.realpath(given if given.is_absolute() else Path.cwd() / given))
+    roots = settings.resolved_allowed_roots
+    if not any(resolved == root or resolved.is_relative_to(root) for root in roots):
+        raise UserError(422, field, f"{path} is outside the allowed roots ({', '.join(map(str, roots))}); "
+                                    "set ULAB_ALLOWED_ROOTS to add one")
+    return str(resolved)
+
+
+def check_run_spec(spec: dict, settings: Settings) -> dict:
+    """Rewrite a run spec's paths to checked absolute paths and enforce the size bounds; answers the spec."""
+    run = spec["run"]
+    run["data"]["path"] = resolve_allowed(run["data"]["path"], "run.data.path", settings)
+    model_path = run.get("model_path")
+    if model_path:
+        local = Path(model_path).is_absolute() or model_path.startswith(".") or os.path.exists(model_path)
+        if local or not HUB_ID.match(model_path):
+            run["model_path"] = resolve_allowed(model_path, "run.model_path", settings)
+    steps = sum(s["steps"] for s in run.get("stages") or []) or run.get("steps", 0)
+    if steps > settings.max_steps:
+        raise UserError(422, "run.steps", f"{steps} steps is above the limit of {settings.max_steps}")
+    seq_lens = [spec["training"]["seq_len"]] + [s["seq_len"] for s in run.get("stages") or []]
+    if max(seq_lens) > settings.max_seq_len:
+        raise UserError(422, "training.seq_len", f"seq_len {max(seq_lens)} is above the limit of {settings.max_seq_len}")
+    hw = spec["hardware"]
+    gpus = int(hw.get("gpus_per_node", 1)) * int(hw.get("num_nodes", 1))
+    if gpus > settings.max_gpus:
+        raise UserError(422, "hardware.gpus_per_node", f"{gpus} GPUs is above the limit of {settings.max_gpus}")
+    return spec

@@ -1,0 +1,43 @@
+"""The run state machine, in one place. Every change of a run's state goes through `check_transition`."""
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class RunState(StrEnum):
+    PENDING_APPROVAL = "pending_approval"
+    QUEUED = "queued"
+    STARTING = "starting"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    OOM = "oom"
+    CANCELLED = "cancelled"
+    LOST = "lost"
+
+
+TERMINAL = frozenset({RunState.SUCCEEDED, RunState.FAILED, RunState.OOM, RunState.CANCELLED, RunState.LOST})
+ACTIVE = frozenset({RunState.STARTING, RunState.RUNNING})
+
+ALLOWED: dict[RunState, frozenset[RunState]] = {
+    RunState.PENDING_APPROVAL: frozenset({RunState.QUEUED, RunState.CANCELLED}),
+    RunState.QUEUED: frozenset({RunState.STARTING, RunState.CANCELLED}),
+    RunState.STARTING: frozenset({RunState.RUNNING} | TERMINAL),
+    RunState.RUNNING: TERMINAL,
+    # A retry queues the next attempt of a run that did not succeed; it resumes from the last checkpoint.
+    RunState.FAILED: frozenset({RunState.QUEUED}),
+    RunState.OOM: frozenset({RunState.QUEUED}),
+    RunState.CANCELLED: frozenset({RunState.QUEUED}),
+    RunState.LOST: frozenset({RunState.QUEUED}),
+}
+
+
+class IllegalTransition(Exception):
+    def __init__(self, current: str, wanted: str):
+        super().__init__(f"a run in state '{current}' cannot become '{wanted}'")
+        self.current, self.wanted = current, wanted
+
+
+def check_transition(current: str, wanted: RunState) -> None:
+    if wanted not in ALLOWED.get(RunState(current), frozenset()):
+        raise IllegalTransition(current, wanted)

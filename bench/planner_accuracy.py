@@ -1,0 +1,142 @@
+"""Planner accuracy against the published Qwen3-4B / H100 figures of the HF Ulysses SP blog.
+
+    .venv/bin/python bench/planner_accuracy.py [--csv PATH]
+
+Prints every row of ../shared/reference/published_hf_blog_qwen3_4b.csv: predicted vs published peak memory and
+tokens/s, the error, and the worst error last. Targets (issue 3): memory within 10% on every row with a figure,
+the 128K row predicted not to fit on 80 GB, tokens/s within 25%.
+
+Which memory figure is compared: the blog's "peak_gb" is read as torch.cuda.max_memory_allocated() in GiB, i.e. our
+`peak_allocated_gib`. Reasons: HF/DeepSpeed memory reports (DeepSpeed `see_memory_usage` "Max_MA", the HF blog's
+own tables) divide by 2**30 and label the result GB, and the OOM row's "needs about 81 GB" is an allocation-size
+figure from the CUDA OOM message, which reports allocated bytes, not what nvidia-smi shows. `device_total_gib`
+(allocated + cache, context, NCCL; what `fits` uses) is printed beside it.
+
+The model is run twice: (A) the configuration the CSV states (optimizer offloaded to CPU), and (B) the same with
+the optimizer states on the GPU, as a diagnostic. No number in the planner is fitted per row.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from backend.planner import estimate  # noqa: E402
+from backend.planner.throughput import CPU_OPTIMIZER_PARAMS_PER_S  # noqa: E402
+
+DEFAULT_CSV = ROOT.parent / "shared" / "reference" / "published_hf_blog_qwen3_4b.csv"
+
+
+def read_rows(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(line for line in f if not line.startswith("#") and line.strip()))
+
+
+def plan_for(row: dict, offload_optimizer: bool) -> dict:
+    gpus = int(row["gpus"])
+    return {"model": {"preset": "Qwen/Qwen3-4B"},
+            "hardware": {"gpu": "H100-80GB", "gpus_per_node": gpus, "num_nodes": 1, "cpu_memory_gib_per_node": 1900},
+            "parallel": {"sp_size": int(row["sp_size"]), "dp_size": int(row["dp_size"])},
+            "training": {"seq_len": int(row["seq_len"]), "micro_batch_size": 1, "grad_accum": 8, "dtype": "bf16",
+                         "zero_stage": 3, "offload_optimizer": offload_optimizer, "offload_params": False,
+                         "activation_checkpointing": True, "checkpoint_offload": False, "tiled_mlp": False,
+                         "tiled_logits_loss": False, "attn_implementation": "flash_attention_2"}}
+
+
+def num(x: str):
+    return float(x) if x not in ("", None) else None
+
+
+def err(pred: float, pub):
+    return None if pub is None else (pred - pub) / pub
+
+
+def fmt_err(e):
+    return "    -  " if e is None else f"{e * 100:+6.1f}%"
+
+
+def run(rows: list[dict], offload: bool, label: str) -> dict:
+    print(f"\n== ({label}) optimizer offload = {offload} ==")
+    print(f"{'gpus':>4} {'sp':>3} {'dp':>3} {'seq':>7} | {'pred GiB':>8} {'dev tot':>7} {'fits':>5} | "
+          f"{'pub':>5} {'err':>7} {'pub2':>5} {'err2':>7} | {'pred tok/s':>10} {'pub':>6} {'err':>7} "
+          f"{'pub2':>6} {'err2':>7} | outcome")
+    mem_errs, tok_errs, oom_ok = [], [], []
+    for r in rows:
+        e = estimate(plan_for(r, offload))
+        m, t = e["memory"], e["throughput"]
+        pred, tok = m["peak_allocated_gib"], t["tokens_per_s"]
+        p1, p2 = num(r["peak_gb"]), num(r["peak_gb_other_revision"])
+        t1, t2 = num(r["tokens_per_s"]), num(r["tokens_per_s_other_revision"])
+        em1, em2, et1, et2 = err(pred, p1), err(pred, p2), err(tok, t1), err(tok, t2)
+        where = f"{r['gpus']}x sp{r['sp_size']} dp{r['dp_size']} {int(r['seq_len']) // 1024}K"
+        for name, e_ in (("memory", em1), ("memory (other revision)", em2)):
+            if e_ is not None:
+                mem_errs.append((abs(e_), e_, f"{name} {where}"))
+        for name, e_ in (("tokens/s", et1), ("tokens/s (other revision)", et2)):
+            if e_ is not None:
+                tok_errs.append((abs(e_), e_, f"{name} {where}"))
+        if r["outcome"].startswith("oom"):
+            oom_ok.append(not m["fits"])
+        print(f"{r['gpus']:>4} {r['sp_size']:>3} {r['dp_size']:>3} {r['seq_len']:>7} | {pred:8.2f} "
+              f"{m['device_total_gib']:7.2f} {str(m['fits']):>5} | {p1 or '-':>5} {fmt_err(em1)} {p2 or '-':>5} "
+              f"{fmt_err(em2)} | {tok:10.0f} {int(t1) if t1 else '-':>6} {fmt_err(et1)} {int(t2) if t2 else '-':>6} "
+              f"{fmt_err(et2)} | {r['outcome']}")
+    worst_m = max(mem_errs)
+    worst_t = max(tok_errs)
+    within_m = sum(1 for a, _, _ in mem_errs if a <= 0.10)
+    within_t = sum(1 for a, _, _ in tok_errs if a <= 0.25)
+    print(f"memory within 10%: {within_m}/{len(mem_errs)} figures; worst {worst_m[1] * 100:+.1f}% ({worst_m[2]})")
+    print(f"128K row predicted not to fit on 80 GB: {all(oom_ok) and bool(oom_ok)}")
+    print(f"tokens/s within 25%: {within_t}/{len(tok_errs)} figures; worst {worst_t[1] * 100:+.1f}% ({worst_t[2]})")
+    return {"worst_mem": worst_m, "worst_tok": worst_t}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--csv", type=Path, default=DEFAULT_CSV)
+    args = ap.parse_args()
+    rows = read_rows(args.csv)
+    print(f"published: {args.csv}")
+    print("memory compared: predicted peak_allocated_gib (GiB) vs the blog's peak_gb read as max_memory_allocated "
+          "in GiB; 'dev tot' is allocated + allocator cache + CUDA context + NCCL (what `fits` uses).")
+    print(f"one global calibration constant: CPU optimizer {CPU_OPTIMIZER_PARAMS_PER_S / 1e9:.2f}e9 params/s per node")
+    a = run(rows, True, "A: as the CSV states")
+    b = run(rows, False, "B: diagnostic, optimizer states on the GPU")
+    print("\nReading:")
+    sp_rows = [r for r in rows if r["sp_size"] != "1" and r["peak_gb"]]
+    for label, off in (("A", True), ("B", False)):
+        errs = [abs(err(estimate(plan_for(r, off))["memory"]["peak_allocated_gib"], num(r["peak_gb"])))
+                for r in sp_rows]
+        print(f"  ({label}) SP rows with a memory figure: worst |error| {max(errs) * 100:.1f}%")
+    print("  The SP rows' intercept (memory at zero tokens) matches ZeRO-3 with the Adam states (12 B/param) and the")
+    print("  fp32 gradient sub-group buffer on the GPU, which an offloaded optimizer does not keep there; the sp1/dp4")
+    print("  row does not. The two readings cannot both hold for one configuration; the planner models the stated one.")
+    by_seq = {int(r["seq_len"]): r for r in rows if r["sp_size"] == "4" and r["tokens_per_s"]}
+    if 32768 in by_seq and 65536 in by_seq:
+        from backend.planner.throughput import flops_per_token
+        from backend.planner.validate import parse
+
+        def step_flops(seq):
+            spec = parse(plan_for(by_seq[seq], True))[0]
+            f = flops_per_token(spec)
+            return (f["hw_matmul"] + f["hw_attention"]) * seq * 8
+
+        def step_time(seq):
+            return seq * 8 / float(by_seq[seq]["tokens_per_s"])
+
+        print(f"  Published step time 32K -> 64K: x{step_time(65536) / step_time(32768):.2f}; FLOPs per step: "
+              f"x{step_flops(65536) / step_flops(32768):.2f}. With the modelled compute (64K alone takes about the")
+        print("  published 64K step), no single per-step overhead puts both rows within 25%; the global constant")
+        print("  (CPU optimizer rate) is the minimax over the published rows.")
+    print(f"worst memory error (A, as stated): {a['worst_mem'][1] * 100:+.1f}% ({a['worst_mem'][2]}); "
+          f"(B): {b['worst_mem'][1] * 100:+.1f}% ({b['worst_mem'][2]})")
+    print(f"worst tokens/s error (A, as stated): {a['worst_tok'][1] * 100:+.1f}% ({a['worst_tok'][2]})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

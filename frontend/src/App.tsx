@@ -1,0 +1,80 @@
+import { api } from "./lib/api";
+import { AuthProvider, useAuth } from "./lib/auth";
+import { navigate, useRoute } from "./lib/route";
+import { Compare } from "./pages/Compare";
+import { Planner } from "./pages/planner/Planner";
+import { RunPage } from "./pages/run/RunPage";
+import { Runs } from "./pages/Runs";
+import { SignIn } from "./pages/SignIn";
+
+function Who() {
+  const { identity, refresh } = useAuth();
+  if (identity === undefined) return null;
+  if (!identity) return <a className="who" href="#/signin" data-testid="signin-link">Sign in</a>;
+  const signOut = async () => {
+    await api.signOut().catch(() => undefined);
+    await refresh();
+    navigate("/signin");
+  };
+  return (
+    <span className="who" data-testid="whoami" data-role={identity.role}>
+      {identity.name} <span className="muted">({identity.role})</span>{" "}
+      {identity.token_id == null ? (
+        <a href="#/signin" data-testid="signin-link">sign in</a> // open reads: anonymous viewer
+      ) : (
+        <button type="button" className="link" data-testid="signout" onClick={signOut}>sign out</button>
+      )}
+    </span>
+  );
+}
+
+function SignInBanner({ page }: { page: string }) {
+  const { identity, unauthorized } = useAuth();
+  if (page === "signin" || identity || !(unauthorized || identity === null)) return null;
+  const here = window.location.hash.replace(/^#/, "") || "/planner";
+  return (
+    <div className="card warn" data-testid="signin-banner">
+      You are not signed in: the API answers only signed-in users.{" "}
+      <a href={`#/signin?next=${encodeURIComponent(here)}`}>Sign in with an API token</a>.
+    </div>
+  );
+}
+
+function Shell() {
+  const route = useRoute();
+  const [page, arg] = route.path;
+  let body;
+  if (page === "signin") body = <SignIn query={route.query} />;
+  else if (page === "runs" && arg && /^\d+$/.test(arg)) body = <RunPage key={arg} id={Number(arg)} />;
+  else if (page === "runs") body = <Runs />;
+  else if (page === "compare") {
+    const ids = (route.query.get("ids") ?? "").split(",").map(Number).filter((n) => Number.isInteger(n) && n > 0);
+    body = <Compare ids={ids} />;
+  } else body = <Planner key={route.query.get("plan") ?? ""} query={route.query} />;
+  const active = page === "runs" || page === "compare" || page === "signin" ? page : "planner";
+  return (
+    <div className="app">
+      <header className="topbar">
+        <a className="brand" href="#/planner">Ulysses Lab</a>
+        <nav>
+          <a href="#/planner" className={active === "planner" ? "active" : ""} data-testid="nav-planner">Planner</a>
+          <a href="#/runs" className={active === "runs" ? "active" : ""} data-testid="nav-runs">Runs</a>
+          <a href="#/compare" className={active === "compare" ? "active" : ""} data-testid="nav-compare">Compare</a>
+        </nav>
+        <Who />
+      </header>
+      <main>
+        <SignInBanner page={page ?? ""} />
+        {body}
+      </main>
+    </div>
+  );
+}
+
+export function App() {
+  return (
+    <AuthProvider>
+      <Shell />
+    </AuthProvider>
+  );
+}

@@ -1,0 +1,122 @@
+import { useEffect, useRef } from "react";
+import uPlot from "uplot";
+import "uplot/dist/uPlot.min.css";
+import { fmtTick } from "../lib/format";
+
+export type Line = {
+  label: string;
+  values: (number | null)[];
+  color: string;
+  dash?: number[];
+  width?: number;
+};
+
+type Props = {
+  testid: string;
+  title: string;
+  x: number[];
+  lines: Line[];
+  height?: number;
+  xLabel?: string;
+  yLabel?: string;
+  logX?: boolean;
+  xFormat?: (v: number) => string;
+  /** exposed as data-points so tests can count plotted points without reading pixels */
+  points?: number;
+  onZoom?: (min: number, max: number) => void;
+  /** pairs of indices into `lines` (upper, lower) to fill between */
+  bands?: [number, number][];
+  /** clamp the y axis (e.g. to keep a capacity line readable when some series go far above it) */
+  yMax?: number;
+};
+
+const STEP_INCRS = [1, 2, 5].flatMap((m) => Array.from({ length: 8 }, (_, e) => m * 10 ** e)).sort((a, b) => a - b);
+
+export const PALETTE = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#be185d", "#65a30d"];
+
+/** A uPlot line chart that follows its container's width and updates in place when data changes. */
+export function Chart({ testid, title, x, lines, height = 220, xLabel = "step", yLabel, logX, xFormat, points, onZoom, yMax, bands }: Props) {
+  const box = useRef<HTMLDivElement>(null);
+  const plot = useRef<uPlot | null>(null);
+  const zoomCb = useRef(onZoom);
+  zoomCb.current = onZoom;
+  const shape = lines.map((l) => `${l.label}|${l.color}|${l.dash ?? ""}`).join(",") + `|${logX}|${height}|${yMax}|${JSON.stringify(bands ?? [])}`;
+
+  useEffect(() => {
+    const el = box.current;
+    if (!el) return;
+    const opts: uPlot.Options = {
+      width: Math.max(200, el.clientWidth),
+      height,
+      scales: {
+        x: logX ? { time: false, distr: 3, log: 2 } : { time: false },
+        ...(yMax !== undefined ? { y: { range: [0, yMax] as [number, number] } } : {}),
+      },
+      axes: [
+        {
+          label: xLabel,
+          values: xFormat ? (_u, vals) => vals.map((v) => xFormat(v)) : undefined,
+          ...(logX ? {} : { incrs: STEP_INCRS }), // steps are whole numbers
+        },
+        {
+          label: yLabel,
+          size: 64,
+          values: (_u, vals) => {
+            const span = vals.length > 1 ? Math.abs(vals[1] - vals[0]) : 0;
+            return vals.map((v) => (v == null ? "" : fmtTick(v, span)));
+          },
+        },
+      ],
+      series: [
+        { label: xLabel, value: xFormat ? (_u, v) => (v == null ? "–" : xFormat(v)) : undefined },
+        ...lines.map((l) => ({
+          label: l.label,
+          stroke: l.color,
+          width: l.width ?? 1.5,
+          dash: l.dash,
+          spanGaps: true,
+          points: { show: (_u: uPlot, _s: number, i0: number, i1: number) => i1 - i0 < 25 },
+        })),
+      ],
+      legend: { live: true },
+      bands: bands?.map(([hi, lo]) => ({ series: [hi + 1, lo + 1] as [number, number], fill: "rgba(37,99,235,0.12)" })),
+      cursor: { drag: { x: true, y: false } },
+      hooks: {
+        setSelect: [
+          (u) => {
+            if (u.select.width > 4 && zoomCb.current) {
+              const min = u.posToVal(u.select.left, "x");
+              const max = u.posToVal(u.select.left + u.select.width, "x");
+              zoomCb.current(min, max);
+            }
+          },
+        ],
+      },
+    };
+    const u = new uPlot(opts, [x, ...lines.map((l) => l.values)] as uPlot.AlignedData, el);
+    plot.current = u;
+    const ro = new ResizeObserver(() => u.setSize({ width: Math.max(200, el.clientWidth), height }));
+    ro.observe(el);
+    return () => {
+      ro.disconnect();
+      u.destroy();
+      plot.current = null;
+    };
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [shape]);
+
+  useEffect(() => {
+    plot.current?.setData([x, ...lines.map((l) => l.values)] as uPlot.AlignedData);
+  }, [x, lines]);
+
+  const n = points ?? x.length;
+  return (
+    <div className="chart card" data-testid={testid} data-points={n}>
+      <div className="chart-title">
+        {title} <span className="muted">({n} points)</span>
+      </div>
+      {x.length === 0 ? <div className="chart-empty muted">no data yet</div> : null}
+      <div ref={box} className="chart-plot" style={{ display: x.length === 0 ? "none" : undefined }} />
+    </div>
+  );
+}

@@ -1,0 +1,69 @@
+import { useState } from "react";
+import { api, ApiError, TERMINAL, type Run } from "../lib/api";
+import { can, canCancel, useAuth } from "../lib/auth";
+import { navigate } from "../lib/route";
+
+/** Approve / cancel / retry, each shown only where the state and the signed-in role allow it. */
+export function RunActions({ run, onChange, compact }: { run: Run; onChange: (r: Run) => void; compact?: boolean }) {
+  const { identity } = useAuth();
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState("");
+  const [needsForce, setNeedsForce] = useState(false);
+  const act = async (fn: () => Promise<Run>, after?: (r: Run) => void) => {
+    setBusy(true);
+    setError("");
+    try {
+      const r = await fn();
+      setNeedsForce(false);
+      onChange(r);
+      after?.(r);
+    } catch (e) {
+      setError((e as Error).message);
+      // 409 on approve: the estimate does not fit; an approver may still force it (recorded on the run).
+      if (e instanceof ApiError && e.status === 409 && e.fields.some((f) => f.field.startsWith("estimate"))) setNeedsForce(true);
+    } finally {
+      setBusy(false);
+    }
+  };
+  const terminal = TERMINAL.includes(run.state);
+  const retryable = ["failed", "oom", "lost", "cancelled"].includes(run.state);
+  const id = run.id;
+  return (
+    <span className={`actions ${compact ? "compact" : ""}`}>
+      {run.state === "pending_approval" && can(identity, "approve") ? (
+        <button type="button" className="primary" data-testid={`approve-${id}`} disabled={busy}
+          onClick={() => act(() => api.approve(id))}>Approve</button>
+      ) : null}
+      {needsForce && run.state === "pending_approval" ? (
+        <button type="button" className="danger" data-testid={`approve-force-${id}`} disabled={busy}
+          onClick={() => act(() => api.approve(id, true))}>Approve anyway</button>
+      ) : null}
+      {!terminal && canCancel(identity, run) ? (
+        <button type="button" className="danger" data-testid={`cancel-${id}`} disabled={busy || run.cancel_requested}
+          onClick={() => act(() => api.cancel(id))}>{run.cancel_requested ? "Cancelling…" : "Cancel"}</button>
+      ) : null}
+      {retryable && can(identity, "approve") ? (
+        <button type="button" data-testid={`retry-${id}`} disabled={busy} title="next attempt of this run, resuming from its last checkpoint"
+          onClick={() => act(() => api.retry(id))}>
+          Retry
+        </button>
+      ) : null}
+      {retryable && can(identity, "submit") && !can(identity, "approve") ? (
+        <button type="button" data-testid={`resubmit-${id}`} disabled={busy} title="a new run from the same plan (waits for approval)"
+          onClick={() => act(() => api.createRun(run.plan_id, (run.spec.run ?? {}) as Record<string, unknown>, run.name), (r) => navigate(`/runs/${r.id}`))}>
+          Resubmit
+        </button>
+      ) : null}
+      {error ? <span className="field-error" data-testid={`action-error-${id}`}>{error}</span> : null}
+    </span>
+  );
+}
+
+export function StateBadge({ run, testid }: { run: Run; testid?: string }) {
+  return (
+    <span className={`state state-${run.state}`} data-testid={testid} data-state={run.state}>
+      {run.state.replace(/_/g, " ")}
+      {run.cancel_requested && !TERMINAL.includes(run.state) ? " (cancel requested)" : ""}
+    </span>
+  );
+}

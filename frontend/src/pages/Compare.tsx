@@ -1,0 +1,128 @@
+import { useEffect, useMemo, useState } from "react";
+import { Chart, PALETTE, type Line } from "../components/Chart";
+import { api, type Run } from "../lib/api";
+import { ema } from "../lib/format";
+import { navigate } from "../lib/route";
+
+type Series = { step: number[]; value: number[] };
+
+function flatten(obj: unknown, prefix = "", out: Record<string, string> = {}): Record<string, string> {
+  if (obj && typeof obj === "object" && !Array.isArray(obj)) {
+    for (const [k, v] of Object.entries(obj)) flatten(v, prefix ? `${prefix}.${k}` : k, out);
+  } else {
+    out[prefix] = JSON.stringify(obj);
+  }
+  return out;
+}
+
+/** Overlay one metric across runs; per-rank metrics show the highest rank value at each step. */
+async function loadMetric(id: number, name: string): Promise<Series> {
+  const r = await api.metrics(id, name, 1000);
+  const byStep = new Map<number, number>();
+  for (const s of r.series) s.step.forEach((st, i) => byStep.set(st, Math.max(byStep.get(st) ?? -Infinity, s.last[i])));
+  const step = [...byStep.keys()].sort((a, b) => a - b);
+  return { step, value: step.map((s) => byStep.get(s)!) };
+}
+
+export function Compare({ ids }: { ids: number[] }) {
+  const [all, setAll] = useState<Run[]>([]);
+  const [names, setNames] = useState<string[]>(["loss"]);
+  const [metric, setMetric] = useState("loss");
+  const [smooth, setSmooth] = useState(0);
+  const [data, setData] = useState<Record<number, Series>>({});
+  const [onlyDiff, setOnlyDiff] = useState(true);
+
+  useEffect(() => {
+    api.runs().then(setAll).catch(() => setAll([]));
+  }, []);
+  const runs = useMemo(() => ids.map((id) => all.find((r) => r.id === id)).filter(Boolean) as Run[], [all, ids]);
+
+  useEffect(() => {
+    Promise.all(ids.map((id) => api.metricNames(id).catch(() => [] as string[])))
+      .then((ls) => setNames([...new Set(ls.flat())].sort()));
+  }, [ids.join(",")]); // eslint-disable-line react-hooks/exhaustive-deps
+
+  useEffect(() => {
+    let stop = false;
+    Promise.all(ids.map((id) => loadMetric(id, metric).catch(() => ({ step: [], value: [] }))))
+      .then((ss) => !stop && setData(Object.fromEntries(ids.map((id, i) => [id, ss[i]]))));
+    return () => { stop = true; };
+  }, [ids.join(","), metric]); // eslint-disable-line react-hooks/exhaustive-deps
+
+  const chart = useMemo(() => {
+    const steps = new Set<number>();
+    for (const s of Object.values(data)) s.step.forEach((x) => steps.add(x));
+    const x = [...steps].sort((a, b) => a - b);
+    const lines: Line[] = ids.map((id, i) => {
+      const s = data[id] ?? { step: [], value: [] };
+      const m = new Map(s.step.map((st, j) => [st, s.value[j]]));
+      const raw = x.map((st) => (m.has(st) ? m.get(st)! : null));
+      return { label: `#${id} ${runs.find((r) => r.id === id)?.name ?? ""}`, values: ema(raw, smooth), color: PALETTE[i % PALETTE.length] };
+    });
+    const n = Object.values(data).reduce((a, s) => a + s.step.length, 0);
+    return { x, lines, n };
+  }, [data, ids, runs, smooth]);
+
+  const diff = useMemo(() => {
+    const flats: Record<string, string>[] = runs.map((r) => ({
+      ...flatten(r.spec),
+      "planner.peak_allocated_gib": String(r.estimate?.memory?.peak_allocated_gib?.toFixed(3) ?? "–"),
+      "planner.tokens_per_s": String(Math.round(r.estimate?.throughput?.tokens_per_s ?? 0)),
+    }));
+    const keys = [...new Set(flats.flatMap((f) => Object.keys(f)))].sort();
+    return keys
+      .map((k) => ({ k, vals: flats.map((f) => f[k] ?? "–") }))
+      .filter((row) => !onlyDiff || new Set(row.vals).size > 1);
+  }, [runs, onlyDiff]);
+
+  const toggle = (id: number) => {
+    const next = ids.includes(id) ? ids.filter((x) => x !== id) : [...ids, id];
+    navigate(`/compare?ids=${next.join(",")}`);
+  };
+
+  return (
+    <div className="compare-page" data-testid="compare-page">
+      <div className="card">
+        <h3>Runs</h3>
+        <div className="pick-list" data-testid="compare-picker">
+          {all.map((r) => (
+            <label key={r.id} className="pick">
+              <input type="checkbox" data-testid={`compare-pick-${r.id}`} checked={ids.includes(r.id)} onChange={() => toggle(r.id)} />
+              #{r.id} {r.name} <span className="muted">{r.state}</span>
+            </label>
+          ))}
+        </div>
+      </div>
+      <div className="toolbar">
+        <label>metric{" "}
+          <select data-testid="compare-metric" value={metric} onChange={(e) => setMetric(e.target.value)}>
+            {(names.length ? names : ["loss"]).map((n) => <option key={n}>{n}</option>)}
+          </select>
+        </label>
+        <label className="smooth">EMA
+          <input type="range" min={0} max={0.99} step={0.01} value={smooth} onChange={(e) => setSmooth(Number(e.target.value))} />
+          {smooth.toFixed(2)}
+        </label>
+      </div>
+      <Chart testid="compare-chart" title={`${metric} by run`} x={chart.x} lines={chart.lines} points={chart.n} height={300} />
+      <div className="card">
+        <div className="row-between">
+          <h3>Configuration</h3>
+          <label><input type="checkbox" checked={onlyDiff} onChange={(e) => setOnlyDiff(e.target.checked)} /> differences only</label>
+        </div>
+        <div className="scroll-x">
+          <table className="table" data-testid="compare-diff" data-rows={diff.length}>
+            <thead><tr><th>field</th>{runs.map((r) => <th key={r.id}>#{r.id} {r.name}</th>)}</tr></thead>
+            <tbody>
+              {diff.map((row) => (
+                <tr key={row.k} data-testid={`diff-${row.k}`}><td className="mono">{row.k}</td>{row.vals.map((v, i) => <td key={i} className="mono">{v}</td>)}</tr>
+              ))}
+            </tbody>
+          </table>
+          {runs.length >= 2 && diff.length === 0 ? <div className="muted">The configurations are identical.</div> : null}
+          {runs.length < 2 ? <div className="muted" data-testid="compare-hint">Pick two or more runs above.</div> : null}
+        </div>
+      </div>
+    </div>
+  );
+}

@@ -1,0 +1,58 @@
+import { useEffect, useRef, useState } from "react";
+import { api } from "../lib/api";
+import { useAuth } from "../lib/auth";
+import { navigate } from "../lib/route";
+
+/** #/signin[?token=...&next=/runs]: keeps the API token in an httpOnly cookie (POST /api/session). */
+export function SignIn({ query }: { query: URLSearchParams }) {
+  const { identity, refresh } = useAuth();
+  const [token, setToken] = useState("");
+  const [error, setError] = useState("");
+  const [busy, setBusy] = useState(false);
+  const next = query.get("next") || "/planner";
+  const tried = useRef(false);
+
+  const signIn = async (t: string) => {
+    setBusy(true);
+    setError("");
+    try {
+      await api.signIn(t.trim());
+      await refresh();
+      navigate(next);
+    } catch (e) {
+      setError((e as Error).message);
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  // A link with ?token= (what `make run` prints) signs in at once; the token leaves the address bar.
+  useEffect(() => {
+    const t = query.get("token");
+    if (t && !tried.current) {
+      tried.current = true;
+      window.history.replaceState(null, "", `${window.location.pathname}#/signin?next=${encodeURIComponent(next)}`);
+      signIn(t);
+    }
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, []);
+
+  return (
+    <div className="signin card" data-testid="signin-page">
+      <h2>Sign in</h2>
+      {identity ? (
+        <p>Signed in as <b>{identity.name}</b> ({identity.role}). A different token replaces this sign-in.</p>
+      ) : (
+        <p className="muted">Paste an API token (<code>ulab token create --role submitter --name you</code>).</p>
+      )}
+      <form onSubmit={(e) => { e.preventDefault(); signIn(token); }}>
+        <input type="password" autoComplete="off" placeholder="API token" data-testid="signin-token"
+          value={token} onChange={(e) => setToken(e.target.value)} />
+        <button type="submit" className="primary" data-testid="signin-submit" disabled={busy || !token.trim()}>
+          {busy ? "Signing in…" : "Sign in"}
+        </button>
+      </form>
+      {error ? <div className="field-error" data-testid="signin-error">{error}</div> : null}
+    </div>
+  );
+}

@@ -1,0 +1,135 @@
+import { useEffect, useMemo, useState } from "react";
+import { api, ApiError, type Catalog, type Estimate, type FieldError, type Sweep } from "../../lib/api";
+import { ExportButtons, SubmitRun } from "./Actions";
+import { buildPlan, decodePlanParam, DEFAULT_FORM, hardwareForWorld, LOAD_KEY, planToForm, type Loaded, type PlanForm } from "./form";
+import { LoadPlan } from "./LoadPlan";
+import { FORM_FIELDS, PlannerForm } from "./PlannerForm";
+import { BreakdownBar, ThroughputFigures, Warnings } from "./Results";
+import { SweepView } from "./Sweep";
+import { fmtSeq } from "../../lib/format";
+
+const fmtSeqInput = (n: number) => (/^[\d]+[KM]?$/.test(fmtSeq(n)) ? fmtSeq(n) : String(n));
+
+/** Run `fn` `ms` after the last change of `key`, aborting the previous call. */
+function useDebounced(key: string, ms: number, fn: (signal: AbortSignal) => Promise<void>) {
+  useEffect(() => {
+    const ctl = new AbortController();
+    const t = window.setTimeout(() => fn(ctl.signal).catch(() => undefined), ms);
+    return () => {
+      window.clearTimeout(t);
+      ctl.abort();
+    };
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [key]);
+}
+
+/** A plan handed over by a run page's "Open in planner" (read once), or given in the link (?plan=). */
+function initialPlan(query?: URLSearchParams): Loaded | null {
+  const raw = sessionStorage.getItem(LOAD_KEY);
+  sessionStorage.removeItem(LOAD_KEY);
+  try {
+    if (raw) return planToForm(JSON.parse(raw));
+    const param = query?.get("plan");
+    return param ? planToForm(decodePlanParam(param)) : null;
+  } catch {
+    return null;
+  }
+}
+
+export function Planner({ query }: { query?: URLSearchParams }) {
+  const [initial] = useState(() => initialPlan(query));
+  const [form, setForm] = useState<PlanForm>(initial?.form ?? DEFAULT_FORM);
+  const [run, setRun] = useState<{ key: number; run: Loaded["run"] }>({ key: 0, run: initial?.run ?? null });
+  const onLoad = (l: Loaded) => {
+    setForm(l.form);
+    if (l.run) setRun((r) => ({ key: r.key + 1, run: l.run }));
+  };
+  const [catalog, setCatalog] = useState<Catalog | null>(null);
+  const [est, setEst] = useState<Estimate | null>(null);
+  const [estError, setEstError] = useState("");
+  const [sweep, setSweep] = useState<Sweep | null>(null);
+  const [pending, setPending] = useState(false);
+
+  useEffect(() => {
+    api.catalog().then(setCatalog).catch(() => setCatalog(null));
+  }, []);
+
+  const built = useMemo(() => buildPlan(form), [form]);
+  const planKey = JSON.stringify(built.plan);
+
+  useEffect(() => setPending(true), [planKey]);
+  useDebounced(planKey, 250, async (signal) => {
+    if (!built.plan) {
+      setPending(false);
+      return;
+    }
+    try {
+      const e = await api.estimate(built.plan, signal);
+      setEst(e);
+      setEstError("");
+    } catch (err) {
+      if (signal.aborted) return;
+      if (err instanceof ApiError && err.status === 422 && err.fields.length) {
+        // types the schema rejects (e.g. sp_size 0) come as a 422: show them beside the fields too
+        setEst({ valid: false, errors: err.fields, warnings: [], memory: null, throughput: null });
+        setEstError("");
+      } else {
+        setEstError((err as Error).message);
+      }
+    }
+    setPending(false);
+  });
+
+  // The sweep only depends on what the sp/seq_len sweep does not vary.
+  const sweepKey = built.plan && est?.valid
+    ? JSON.stringify({ ...built.plan, parallel: { ...built.plan.parallel, sp_size: null }, training: { ...built.plan.training, seq_len: null } })
+    : "";
+  useDebounced(sweepKey, 600, async (signal) => {
+    if (!built.plan || !sweepKey) return;
+    try {
+      setSweep(await api.sweep(built.plan, signal));
+    } catch {
+      if (!signal.aborted) setSweep(null);
+    }
+  });
+
+  const errors: FieldError[] = [...built.localErrors, ...(built.plan && est && !est.valid && !pending ? est.errors : [])];
+  const unplaced = errors.filter((e) => !FORM_FIELDS.some((f) => e.field === f || e.field.startsWith(f + ".")));
+  const valid = Boolean(built.plan && est?.valid && !pending);
+  const showEst = est && est.valid && built.plan ? est : null;
+
+  return (
+    <div className="planner">
+      <div className="planner-left">
+        <LoadPlan plan={built.plan} onLoad={onLoad} />
+        <PlannerForm form={form} setForm={setForm} catalog={catalog} errors={errors}
+          warnings={(showEst?.warnings ?? []).filter((w): w is FieldError => typeof w !== "string")} />
+      </div>
+      <div className="planner-right" data-testid="planner-results" data-state={pending ? "pending" : valid ? "valid" : "invalid"}>
+        {estError ? <div className="card error" data-testid="estimate-error">Estimate failed: {estError}</div> : null}
+        {unplaced.length ? (
+          <div className="card error" data-testid="plan-errors">
+            {unplaced.map((e, i) => <div key={i}><b>{e.field || "plan"}</b>: {e.message}</div>)}
+          </div>
+        ) : null}
+        {errors.length && !unplaced.length ? <div className="card error" data-testid="plan-invalid">The plan is not valid: see the fields marked in red.</div> : null}
+        {showEst ? (
+          <div className={pending ? "stale" : ""}>
+            <Warnings est={showEst} placed={(f) => FORM_FIELDS.some((x) => f === x || f.startsWith(x + "."))} />
+            <BreakdownBar est={showEst} />
+            <ThroughputFigures est={showEst} />
+          </div>
+        ) : null}
+        {sweep ? (
+          <SweepView sweep={sweep} currentSp={built.plan?.parallel.sp_size ?? 0}
+            onPick={(sp, seq) => built.plan && setForm({
+              ...form, ...hardwareForWorld(form, sp * built.plan.parallel.dp_size),
+              sp_size: String(sp), dp_size: String(built.plan.parallel.dp_size), seq_len: fmtSeqInput(seq), autoDp: true,
+            })} />
+        ) : null}
+        <ExportButtons plan={valid ? built.plan : null} />
+        <SubmitRun key={run.key} plan={built.plan} valid={valid} initial={run.run} />
+      </div>
+    </div>
+  );
+}

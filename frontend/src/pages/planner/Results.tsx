@@ -1,0 +1,106 @@
+import type { Estimate } from "../../lib/api";
+import { fmtGiB, fmtNum } from "../../lib/format";
+
+const COLORS: Record<string, string> = {
+  params: "#2563eb",
+  grads: "#7c3aed",
+  optimizer: "#db2777",
+  activations: "#ea580c",
+  logits_and_loss: "#ca8a04",
+  zero_buffers: "#16a34a",
+  comm_buffers: "#0891b2",
+  framework_overhead: "#64748b",
+};
+const color = (k: string, i: number) => COLORS[k] ?? ["#a3a3a3", "#84cc16", "#f43f5e"][i % 3];
+
+/** Per-GPU memory: stacked breakdown (sums to peak allocated), the device total, against the GPU capacity. */
+export function BreakdownBar({ est }: { est: Estimate }) {
+  const m = est.memory;
+  if (!m) return null;
+  const entries = Object.entries(m.breakdown_gib).filter(([, v]) => v > 0);
+  const scale = Math.max(m.gpu_capacity_gib, m.device_total_gib, m.peak_allocated_gib) * 1.02;
+  const pct = (v: number) => `${(100 * v) / scale}%`;
+  const extra = Math.max(0, m.device_total_gib - m.peak_allocated_gib);
+  return (
+    <div className="card">
+      <div className="row-between">
+        <h3>Per-GPU memory</h3>
+        <span className={`badge ${m.fits ? "ok" : "bad"}`} data-testid="est-fits">{m.fits ? "fits" : "does not fit"}</span>
+      </div>
+      <div
+        className="bar"
+        data-testid="breakdown-bar"
+        data-peak-gib={m.peak_allocated_gib}
+        data-total-gib={m.device_total_gib}
+        data-capacity-gib={m.gpu_capacity_gib}
+        title={`peak allocated ${fmtGiB(m.peak_allocated_gib)}, device total ${fmtGiB(m.device_total_gib)}, capacity ${fmtGiB(m.gpu_capacity_gib)}`}
+      >
+        {entries.map(([k, v], i) => (
+          <div key={k} className="bar-seg" data-testid={`breakdown-${k}`} data-gib={v}
+            style={{ width: pct(v), background: color(k, i) }} title={`${k}: ${fmtGiB(v)}`} />
+        ))}
+        {extra > 0 ? <div className="bar-seg hatched" style={{ width: pct(extra) }} title={`allocator cache, CUDA context, NCCL: ${fmtGiB(extra)}`} /> : null}
+        <div className="bar-cap" style={{ left: pct(m.gpu_capacity_gib) }} title={`capacity ${fmtGiB(m.gpu_capacity_gib)}`} />
+      </div>
+      <div className="bar-axis muted">
+        <span>0</span>
+        <span>capacity {fmtGiB(m.gpu_capacity_gib)}</span>
+      </div>
+      <ul className="legend">
+        {entries.map(([k, v], i) => (
+          <li key={k}><i style={{ background: color(k, i) }} />{k.replace(/_/g, " ")} <b>{fmtGiB(v)}</b></li>
+        ))}
+        {extra > 0 ? <li><i className="hatched" />cache, context, comm <b>{fmtGiB(extra)}</b></li> : null}
+      </ul>
+      <div className="figures">
+        <Figure label="peak allocated" value={fmtGiB(m.peak_allocated_gib)} testid="est-peak" />
+        <Figure label="device total (nvidia-smi)" value={fmtGiB(m.device_total_gib)} testid="est-device-total" />
+        <Figure label="CPU memory / node" value={fmtGiB(m.cpu_gib_per_node)} testid="est-cpu-mem" bad={!m.cpu_fits} />
+      </div>
+    </div>
+  );
+}
+
+function Figure({ label, value, testid, bad }: { label: string; value: string; testid: string; bad?: boolean }) {
+  return (
+    <div className={`figure ${bad ? "bad" : ""}`}>
+      <div className="figure-value" data-testid={testid}>{value}</div>
+      <div className="figure-label muted">{label}</div>
+    </div>
+  );
+}
+
+export function ThroughputFigures({ est }: { est: Estimate }) {
+  const t = est.throughput;
+  if (!t) return null;
+  return (
+    <div className="card">
+      <h3>Throughput</h3>
+      <div className="figures">
+        <Figure label="tokens/s (job)" value={fmtNum(t.tokens_per_s)} testid="est-tokens-per-s" />
+        <Figure label="tokens/s per GPU" value={fmtNum(t.tokens_per_s_per_gpu)} testid="est-tokens-per-s-per-gpu" />
+        <Figure label="TFLOPS / GPU" value={fmtNum(t.tflops_per_gpu)} testid="est-tflops" />
+        <Figure label="MFU" value={`${(100 * t.mfu).toFixed(1)}%`} testid="est-mfu" />
+        <Figure label="step time" value={`${fmtNum(t.step_time_s, 2)} s`} testid="est-step-time" />
+      </div>
+      {t.time_breakdown_s ? (
+        <ul className="legend small">
+          {Object.entries(t.time_breakdown_s).map(([k, v]) => (
+            <li key={k}>{k.replace(/_/g, " ")} <b>{fmtNum(v, 2)} s</b></li>
+          ))}
+        </ul>
+      ) : null}
+    </div>
+  );
+}
+
+/** Warnings not already shown beside a form field (`placed` tells which are). */
+export function Warnings({ est, placed }: { est: Estimate; placed: (field: string) => boolean }) {
+  const rest = (est.warnings ?? []).filter((w) => typeof w === "string" || !placed(w.field));
+  if (!rest.length) return null;
+  return (
+    <div className="card warn" data-testid="plan-warnings">
+      {rest.map((w, i) => <div key={i}>⚠ {typeof w === "string" ? w : `${w.field}: ${w.message}`}</div>)}
+    </div>
+  );
+}

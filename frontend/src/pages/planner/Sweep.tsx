@@ -1,0 +1,61 @@
+import { useMemo } from "react";
+import { Chart, PALETTE, type Line } from "../../components/Chart";
+import type { Sweep } from "../../lib/api";
+import { fmtNum, fmtSeq } from "../../lib/format";
+
+/** Device memory vs seq_len for each sp_size, with the GPU capacity line, and the max context table. */
+export function SweepView({ sweep, currentSp, onPick }: {
+  sweep: Sweep; currentSp: number; onPick?: (sp: number, seq: number) => void;
+}) {
+  const lines = useMemo<Line[]>(() => [
+    ...sweep.series.filter((s) => s.valid !== false).map((s, i) => ({
+      label: `sp=${s.sp_size}`,
+      values: s.device_total_gib,
+      color: PALETTE[i % PALETTE.length],
+      width: s.sp_size === currentSp ? 3 : 1.5,
+    })),
+    { label: "capacity", values: sweep.seq_lens.map(() => sweep.gpu_capacity_gib), color: "#111", dash: [6, 4] },
+  ], [sweep, currentSp]);
+  const points = sweep.series.reduce((n, s) => n + s.device_total_gib.filter((v) => v !== null).length, 0);
+  return (
+    <>
+      <Chart
+        testid="sweep-chart"
+        title="Per-GPU memory (device total, GiB) vs seq_len, clipped at 2× capacity"
+        x={sweep.seq_lens}
+        lines={lines}
+        logX
+        xLabel="seq_len"
+        yLabel="GiB"
+        xFormat={(v) => fmtSeq(Math.round(v))}
+        points={points}
+        height={260}
+        yMax={sweep.gpu_capacity_gib * 2}
+      />
+      <div className="card">
+        <h3>Max context that fits <span className="muted small">(click a row to use it)</span></h3>
+        <table className="table" data-testid="max-context-table">
+          <thead><tr><th>sp_size</th><th>GPUs</th><th>max seq_len</th><th>tokens/s at 64K</th></tr></thead>
+          <tbody>
+            {sweep.series.map((s) => {
+              const at = sweep.seq_lens.indexOf(65536);
+              return (
+                <tr key={s.sp_size} className={`${s.sp_size === currentSp ? "current" : ""} ${onPick && s.max_seq_len ? "pickable" : ""}`}
+                  data-testid={`max-context-sp-${s.sp_size}`} title="use this sp_size and seq_len"
+                  onClick={() => onPick && s.max_seq_len && onPick(s.sp_size, s.max_seq_len)}>
+                  <td>{s.sp_size}</td>
+                  <td>{s.gpus ?? "–"}</td>
+                  <td data-seq={s.max_seq_len ?? 0}>
+                    {s.valid === false ? <span className="muted">{s.errors?.map((e) => e.message).join("; ") ?? "invalid"}</span>
+                      : s.max_seq_len ? `${fmtSeq(s.max_seq_len)} (${s.max_seq_len.toLocaleString()})` : "does not fit"}
+                  </td>
+                  <td>{at >= 0 ? fmtNum(s.tokens_per_s[at]) : "–"}</td>
+                </tr>
+              );
+            })}
+          </tbody>
+        </table>
+      </div>
+    </>
+  );
+}

@@ -1,0 +1,104 @@
+import { useMemo, useState } from "react";
+import { Chart, PALETTE, type Line } from "../../components/Chart";
+import type { Run } from "../../lib/api";
+import { ema, fmtNum } from "../../lib/format";
+import { aligned, single } from "./series";
+import type { Store, Zoom } from "./useRunData";
+
+type Props = { run: Run; store: Store; version: number; zoom: Zoom; setZoom: (z: Zoom) => void };
+
+function MetricChart({ store, version, name, title, testid, predicted, onZoom, scale = 1, showPlanner = true }: {
+  store: Store; version: number; name: string; title: string; testid: string;
+  predicted?: number | null; onZoom: (a: number, b: number) => void; scale?: number; showPlanner?: boolean;
+}) {
+  const { x, lines } = useMemo(() => {
+    const s = single(store, name);
+    const y = scale === 1 ? s.y : s.y.map((v) => (v === null ? null : v * scale));
+    const lines: Line[] = [{ label: name, values: y, color: PALETTE[0] }];
+    if (predicted != null && showPlanner) lines.push({ label: "planner", values: s.x.map(() => predicted), color: "#111", dash: [6, 4] });
+    return { x: s.x, lines };
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [store, version, name, predicted, scale, showPlanner]);
+  const full = predicted != null ? `${title} (planner: ${fmtNum(predicted, 2)}${showPlanner ? ", dashed" : ""})` : title;
+  return <Chart testid={testid} title={full} x={x} lines={lines} onZoom={onZoom} height={180} />;
+}
+
+export function RunCharts({ run, store, version, zoom, setZoom }: Props) {
+  const [smooth, setSmooth] = useState(0.6);
+  const [showPlanner, setShowPlanner] = useState(true);
+  const onZoom = (a: number, b: number) => setZoom({ start: Math.floor(a), end: Math.ceil(b) });
+  const predictedPeak = run.estimate?.memory?.peak_allocated_gib ?? null;
+  const thr = run.estimate?.throughput ?? null;
+
+  const loss = useMemo(() => {
+    const s = single(store, "loss");
+    const lines: Line[] = [
+      { label: "loss", values: s.y, color: smooth > 0 ? "rgba(37,99,235,0.3)" : PALETTE[0], width: 1 },
+    ];
+    if (smooth > 0) lines.push({ label: "EMA", values: ema(s.y, smooth), color: PALETTE[0], width: 2 });
+    // Bucketed history (long runs): the min..max of each bucket as a band behind the line.
+    const lo = store.get("loss#min")?.get(0);
+    const hi = store.get("loss#max")?.get(0);
+    let bands: [number, number][] | undefined;
+    if (lo && hi && lo.size) {
+      const at = (m: Map<number, number>) => s.x.map((st) => m.get(st) ?? null);
+      lines.push({ label: "bucket max", values: at(hi), color: "rgba(37,99,235,0.25)", width: 0.5 });
+      lines.push({ label: "bucket min", values: at(lo), color: "rgba(37,99,235,0.25)", width: 0.5 });
+      bands = [[lines.length - 2, lines.length - 1]];
+    }
+    return { x: s.x, lines, n: s.y.filter((v) => v !== null).length, bands };
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [store, version, smooth]);
+
+  const memory = useMemo(() => {
+    const a = aligned(store, "peak_allocated_gib");
+    const lines: Line[] = a.ranks.map((r, i) => ({ label: `rank ${r}`, values: a.values[i], color: PALETTE[i % PALETTE.length] }));
+    if (predictedPeak != null && a.x.length && showPlanner) {
+      lines.push({ label: "planner peak", values: a.x.map(() => predictedPeak), color: "#111", dash: [6, 4], width: 2 });
+    }
+    let measured: number | null = null;
+    for (const v of a.values) for (const p of v) if (p !== null && (measured === null || p > measured)) measured = p;
+    return { x: a.x, lines, n: a.values.reduce((n, v) => n + v.filter((p) => p !== null).length, 0), measured };
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [store, version, predictedPeak, showPlanner]);
+
+  return (
+    <div className="run-charts">
+      <div className="chart-tools">
+        <label className="smooth">
+          EMA smoothing
+          <input type="range" min={0} max={0.99} step={0.01} value={smooth} data-testid="smoothing"
+            onChange={(e) => setSmooth(Number(e.target.value))} />
+          <span data-testid="smoothing-value">{smooth.toFixed(2)}</span>
+        </label>
+        <label className="smooth">
+          <input type="checkbox" checked={showPlanner} data-testid="toggle-planner" onChange={(e) => setShowPlanner(e.target.checked)} />
+          planner predictions as lines
+        </label>
+        {zoom ? (
+          <span>
+            steps {zoom.start}–{zoom.end}{" "}
+            <button type="button" data-testid="zoom-reset" onClick={() => setZoom(null)}>reset zoom</button>
+          </span>
+        ) : <span className="muted">drag on a chart to zoom</span>}
+      </div>
+      <div className="chart-grid">
+        <Chart testid="loss-chart" title="loss" x={loss.x} lines={loss.lines} points={loss.n} bands={loss.bands} onZoom={onZoom} height={240} />
+        <div data-testid="memory-chart-wrap" data-predicted-gib={predictedPeak ?? ""} data-measured-gib={memory.measured ?? ""}>
+          <Chart testid="memory-chart" title={`peak allocated memory per rank (GiB)${memory.measured != null ? `: max ${fmtNum(memory.measured, 3)}` : ""}${predictedPeak != null ? `, planner ${fmtNum(predictedPeak, 3)}${showPlanner ? " dashed" : ""}` : ""}`}
+            x={memory.x} lines={memory.lines} points={memory.n} onZoom={onZoom} height={240} />
+        </div>
+        <MetricChart store={store} version={version} name="lr" title="learning rate" testid="lr-chart" onZoom={onZoom} showPlanner={showPlanner} />
+        <MetricChart store={store} version={version} name="grad_norm" title="grad norm" testid="grad-norm-chart" onZoom={onZoom} showPlanner={showPlanner} />
+        <MetricChart store={store} version={version} name="tokens_per_s" title="tokens/s (job)" testid="tokens-chart"
+          predicted={thr?.tokens_per_s} onZoom={onZoom} showPlanner={showPlanner} />
+        <MetricChart store={store} version={version} name="tflops_per_gpu" title="TFLOPS per GPU" testid="tflops-chart"
+          predicted={thr?.tflops_per_gpu} onZoom={onZoom} showPlanner={showPlanner} />
+        <MetricChart store={store} version={version} name="mfu" title="MFU (%)" testid="mfu-chart"
+          predicted={thr ? thr.mfu * 100 : null} scale={100} onZoom={onZoom} showPlanner={showPlanner} />
+        <MetricChart store={store} version={version} name="step_time_s" title="step time (s)" testid="step-time-chart"
+          predicted={thr?.step_time_s} onZoom={onZoom} showPlanner={showPlanner} />
+      </div>
+    </div>
+  );
+}

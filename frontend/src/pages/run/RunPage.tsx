@@ -1,0 +1,127 @@
+import { useEffect, useRef, useState } from "react";
+import { RunActions, StateBadge } from "../../components/RunActions";
+import { gpuName, type Run } from "../../lib/api";
+import { fmtDuration, fmtGiB, fmtNum, fmtSeq, fmtTime } from "../../lib/format";
+import { navigate } from "../../lib/route";
+import { LOAD_KEY } from "../planner/form";
+import { RunCharts } from "./RunCharts";
+import { useRunData } from "./useRunData";
+
+function modelName(run: Run): string {
+  const m = run.spec?.model;
+  if (!m) return "–";
+  if (m.preset) return m.preset;
+  const c = m.config as Record<string, unknown> | undefined;
+  return c ? `custom (${c.num_hidden_layers ?? "?"}L, h${c.hidden_size ?? "?"})` : "–";
+}
+
+function Header({ run, live, lastPointAt, onChange }: { run: Run; live: string; lastPointAt: number | null; onChange: (r: Run) => void }) {
+  const [, tick] = useState(0);
+  useEffect(() => {
+    const t = window.setInterval(() => tick((n) => n + 1), 1000);
+    return () => window.clearInterval(t);
+  }, []);
+  const s = run.spec;
+  const steps = run.steps ?? (s.run?.steps as number | undefined) ?? null;
+  const mem = run.estimate?.memory;
+  return (
+    <div className="card run-header" data-testid="run-header">
+      <div className="row-between">
+        <h2>
+          <span className="muted">#{run.id}</span> {run.name || "(unnamed)"} <StateBadge run={run} testid="run-state" />
+          {run.forced ? <span className="badge bad" title="approved although the estimate did not fit" data-testid="run-forced">forced</span> : null}
+        </h2>
+        <span className="actions">
+          <button type="button" data-testid="open-in-planner" title="load this run's plan and run settings into the planner"
+            onClick={() => { sessionStorage.setItem(LOAD_KEY, JSON.stringify(run.spec)); navigate("/planner"); }}>
+            Open in planner
+          </button>
+          <RunActions run={run} onChange={onChange} />
+        </span>
+      </div>
+      <div className="kv">
+        <span>model <b>{modelName(run)}</b></span>
+        <span>GPU <b>{gpuName(s.hardware?.gpu)} × {(s.hardware?.gpus_per_node ?? 0) * (s.hardware?.num_nodes ?? 1)}</b></span>
+        <span>seq_len <b>{s.training ? fmtSeq(s.training.seq_len) : "–"}</b></span>
+        <span>sp × dp <b>{s.parallel?.sp_size} × {s.parallel?.dp_size}</b></span>
+        <span>ZeRO <b>{s.training?.zero_stage}</b></span>
+        <span>progress <b data-testid="run-progress">{run.last_step ?? 0} / {steps ?? "?"}</b></span>
+        <span>predicted peak <b>{fmtGiB(mem?.peak_allocated_gib)}</b>
+          {mem && (!mem.fits || !mem.cpu_fits) ? <span className="badge bad" data-testid="run-does-not-fit"> does not fit</span> : null}
+        </span>
+        <span>predicted tokens/s <b>{fmtNum(run.estimate?.throughput?.tokens_per_s)}</b></span>
+      </div>
+      <div className="kv muted">
+        <span>created {fmtTime(run.created_at)}</span>
+        <span>approved {fmtTime(run.approved_at)}</span>
+        <span>started {fmtTime(run.started_at)}</span>
+        <span>finished {fmtTime(run.finished_at)}</span>
+        <span>duration {fmtDuration(run.started_at, run.finished_at)}</span>
+        <span>worker {run.worker ?? "–"} (attempt {run.attempt ?? 0})</span>
+        <span>heartbeat {fmtTime(run.heartbeat_at)}</span>
+        <span data-testid="live-status" data-live={live}>
+          stream {live}{lastPointAt ? `, last point ${Math.round((Date.now() - lastPointAt) / 1000)}s ago` : ""}
+        </span>
+      </div>
+      {steps ? (
+        <div className="progress"><div style={{ width: `${Math.min(100, (100 * (run.last_step ?? 0)) / steps)}%` }} /></div>
+      ) : null}
+    </div>
+  );
+}
+
+function LogTail({ lines }: { lines: string[] }) {
+  const pre = useRef<HTMLPreElement>(null);
+  useEffect(() => {
+    if (pre.current) pre.current.scrollTop = pre.current.scrollHeight;
+  }, [lines]);
+  return (
+    <div className="card">
+      <h3>Trainer log (last {lines.length} lines)</h3>
+      <pre className="log" ref={pre} data-testid="log-tail">{lines.join("\n") || "no output yet"}</pre>
+    </div>
+  );
+}
+
+export function RunPage({ id }: { id: number }) {
+  const { run, setRun, error, store, version, live, log, zoom, setZoom, lastPointAt } = useRunData(id);
+  if (error && !run) return <div className="card error" data-testid="run-load-error">Run {id}: {error}</div>;
+  if (!run) return <div className="muted">loading run {id}…</div>;
+  const failed = ["failed", "oom", "lost"].includes(run.state);
+  return (
+    <div className="run-page" data-testid="run-page" data-run-id={run.id}>
+      <Header run={run} live={live} lastPointAt={lastPointAt} onChange={setRun} />
+      {failed ? (
+        <div className="card error" data-testid="error-panel">
+          <h3>{run.state === "oom" ? "Out of memory" : run.state === "lost" ? "Worker lost (heartbeat stopped)" : "Run failed"}</h3>
+          <pre className="log">{run.exit_reason || "no reason recorded"}</pre>
+          {run.state === "oom" && run.estimate?.memory ? (
+            <div>The planner predicted {fmtGiB(run.estimate.memory.device_total_gib)} per GPU against {fmtGiB(run.estimate.memory.gpu_capacity_gib)}. Try a larger sp_size, tiled MLP / logits, or offload in the planner.</div>
+          ) : null}
+        </div>
+      ) : null}
+      {run.attempts && run.attempts.length > 1 ? (
+        <div className="card" data-testid="attempts">
+          <h3>Attempts</h3>
+          <table className="table">
+            <thead><tr><th>#</th><th>state</th><th>worker</th><th>started</th><th>finished</th><th>last step</th><th>exit</th></tr></thead>
+            <tbody>
+              {run.attempts.map((a) => (
+                <tr key={a.attempt}>
+                  <td>{a.attempt}</td><td>{a.state}</td><td>{a.worker ?? "–"}</td><td>{fmtTime(a.started_at)}</td>
+                  <td>{fmtTime(a.finished_at)}</td><td>{a.last_step}</td><td className="mono">{a.exit_reason ?? ""}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
+      ) : null}
+      <RunCharts run={run} store={store} version={version} zoom={zoom} setZoom={setZoom} />
+      <LogTail lines={log} />
+      <details className="card">
+        <summary>Spec (plan + run)</summary>
+        <pre className="export" data-testid="run-spec">{JSON.stringify(run.spec, null, 2)}</pre>
+      </details>
+    </div>
+  );
+}

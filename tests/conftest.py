@@ -1,0 +1,58 @@
+"""Shared fixtures: real PostgreSQL, Redis, API and Celery worker processes, and one trained tiny run."""
+from __future__ import annotations
+
+import pytest
+
+from tests.e2e import browser
+from tests.services import Stack, postgres_database, redis_database
+from tests.tiny import submit, tiny_plan, wait_for, write_corpus
+
+TRAINED_STEPS = 12
+
+
+@pytest.fixture(scope="session")
+def pg_url():
+    with postgres_database() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def redis_url():
+    with redis_database() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory, pg_url, redis_url):
+    """The API and a real Celery worker on PostgreSQL and Redis; the worker trains on CPU ranks.
+    Browser pages opened with tests.e2e.browser.chromium_page() are signed in with its admin token."""
+    s = Stack(tmp_path_factory.mktemp("stack"), pg_url, redis_url).start()
+    browser.sign_in_by_default(s.url, s.admin_token)
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="session")
+def api_server(stack) -> str:
+    """Base URL of the running API (the same server the worker reports to)."""
+    return stack.url
+
+
+@pytest.fixture(scope="session")
+def api(stack):
+    """An HTTP client for the stack, signed in as admin."""
+    with stack.client() as client:
+        yield client
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory):
+    return write_corpus(tmp_path_factory.mktemp("data") / "tiny.txt")
+
+
+@pytest.fixture(scope="session")
+def trained_run(api, corpus) -> dict:
+    """One real Ulysses SP run (sp=2, 2 CPU ranks, seq_len 512) trained to the end; shared across tests."""
+    run = submit(api, tiny_plan(sp_size=2), {"steps": TRAINED_STEPS, "learning_rate": 1e-3, "seed": 0,
+                                             "data": {"path": str(corpus)}}, name="tiny-sp2")
+    return wait_for(api, run["id"], {"succeeded"}, timeout_s=300)

@@ -1,0 +1,45 @@
+"""Debian's Chromium driven by Playwright (Playwright's own browser download is not possible here)."""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+
+from playwright.sync_api import sync_playwright
+
+from tests.services import REPO
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-quic", "--no-first-run",
+        "--disable-component-update", "--disable-sync"]
+ARTIFACTS = REPO / "test-artifacts"
+COOKIE = "ulab_token"  # what the dashboard's sign-in (POST /api/session) sets
+_default_sign_in: tuple[str, str] | None = None
+
+
+def sign_in_by_default(base_url: str, token: str) -> None:
+    """Pages opened after this carry the token's session cookie for base_url."""
+    global _default_sign_in
+    _default_sign_in = (base_url, token)
+
+
+@contextmanager
+def chromium_page(width: int = 1280, height: int = 800, signed_in: bool = True):
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        try:
+            context = browser.new_context(viewport={"width": width, "height": height})
+            if signed_in and _default_sign_in:
+                url, token = _default_sign_in
+                context.add_cookies([{"name": COOKIE, "value": token, "url": url, "httpOnly": True,
+                                      "sameSite": "Strict"}])
+            page = context.new_page()
+            yield page
+        finally:
+            browser.close()
+
+
+def screenshot(page, name: str) -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path

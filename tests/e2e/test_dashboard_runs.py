@@ -1,0 +1,166 @@
+"""Runs in Chromium against the real stack: submit from the planner, approve, watch the loss chart grow during a
+real CPU run, cancel (queued and running), and the runs table at desktop and phone widths."""
+import json
+import re
+import time
+import uuid
+
+import pytest
+
+from tests.e2e.browser import chromium_page, screenshot
+from tests.tiny import submit, tiny_plan, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+def _state(page) -> str:
+    return page.get_attribute("[data-testid=run-state]", "data-state")
+
+
+def _points(page, testid="loss-chart") -> int:
+    return int(page.get_attribute(f"[data-testid={testid}]", "data-points"))
+
+
+def _fill_tiny_plan(page, sp_size=2):
+    """The planner form filled with tests.tiny's plan: a tiny Llama config on sp_size CPU ranks."""
+    plan = tiny_plan(sp_size=sp_size)
+    page.check("[data-testid=model-mode-config]")
+    page.fill("[data-testid=input-config]", json.dumps(plan["model"]["config"]))
+    page.fill("[data-testid=input-gpus_per_node]", str(sp_size))
+    page.fill("[data-testid=input-sp_size]", str(sp_size))
+    page.fill("[data-testid=input-seq_len]", "512")
+    page.fill("[data-testid=input-grad_accum]", "1")
+    page.select_option("[data-testid=input-dtype]", "fp32")
+    page.select_option("[data-testid=input-zero_stage]", "2")
+    page.select_option("[data-testid=input-attn]", "sdpa")
+    page.uncheck("[data-testid=input-offload_optimizer]")
+    page.uncheck("[data-testid=input-activation_checkpointing]")
+
+
+def test_submit_approve_and_watch_the_loss_chart_grow(api_server, api, corpus):
+    name = f"ui-{uuid.uuid4().hex[:6]}"
+    with chromium_page() as page:
+        page.goto(f"{api_server}/#/planner")
+        page.locator("[data-testid=planner-form]").wait_for(timeout=20_000)
+        _fill_tiny_plan(page)
+        page.fill("[data-testid=run-name]", name)
+        page.fill("[data-testid=run-steps]", "40")
+        page.fill("[data-testid=run-data]", str(corpus))
+        page.wait_for_function("document.querySelector('[data-testid=planner-results]').dataset.state === 'valid'",
+                               timeout=20_000)
+        page.click("[data-testid=submit-run]")
+
+        page.wait_for_url(re.compile(r".*#/runs/\d+$"), timeout=20_000)
+        run_id = int(page.url.rsplit("/", 1)[1])
+        page.locator("[data-testid=run-state]").wait_for(timeout=20_000)
+        assert _state(page) == "pending_approval"
+        stored = api.get(f"/api/runs/{run_id}").json()
+        assert stored["name"] == name and stored["spec"]["parallel"]["sp_size"] == 2
+        assert stored["spec"]["run"]["data"]["path"] == str(corpus)
+
+        page.click(f"[data-testid=approve-{run_id}]")
+        # The page updates from the stream alone (no reload): first points while running, more later.
+        page.wait_for_function("() => { const s = document.querySelector('[data-testid=run-state]').dataset.state;"
+                               " const n = Number(document.querySelector('[data-testid=loss-chart]').dataset.points);"
+                               " return s === 'running' && n >= 1; }", timeout=240_000)
+        first = _points(page)
+        page.wait_for_function("n => Number(document.querySelector('[data-testid=loss-chart]').dataset.points) > n",
+                               arg=first, timeout=120_000)
+        screenshot(page, "dashboard-run-live")
+        page.wait_for_function("document.querySelector('[data-testid=run-state]').dataset.state === 'succeeded'",
+                               timeout=300_000)
+        loss = api.get(f"/api/runs/{run_id}/metrics", params={"name": "loss"}).json()
+        n = len(loss["series"][0]["step"])
+        assert n >= 40 - 1
+        page.wait_for_function("n => Number(document.querySelector('[data-testid=loss-chart]').dataset.points) === n",
+                               arg=n, timeout=20_000)
+        assert _points(page, "memory-chart") >= n  # one line per rank
+        assert page.get_attribute("[data-testid=memory-chart-wrap]", "data-predicted-gib") != ""
+        screenshot(page, "dashboard-run-succeeded")
+
+
+def test_cancel_a_running_run_from_its_page(api_server, api, corpus):
+    run = submit(api, tiny_plan(sp_size=2), {"steps": 5000, "learning_rate": 1e-3, "seed": 0,
+                                                    "data": {"path": str(corpus)}}, name="ui-cancel-running")
+    with chromium_page() as page:
+        page.goto(f"{api_server}/#/runs/{run['id']}")
+        page.wait_for_function(
+            "() => { const s = document.querySelector('[data-testid=run-state]')?.dataset.state;"
+            " const n = Number(document.querySelector('[data-testid=loss-chart]')?.dataset.points);"
+            " return (s === 'running' && n >= 2) || ['succeeded', 'failed', 'oom', 'cancelled', 'lost'].includes(s); }",
+            timeout=240_000)
+        assert _state(page) == "running", api.get(f"/api/runs/{run['id']}").json()
+        page.click(f"[data-testid=cancel-{run['id']}]")
+        page.wait_for_function("document.querySelector('[data-testid=run-state]').dataset.state === 'cancelled'",
+                               timeout=60_000)
+        screenshot(page, "dashboard-run-cancelled")
+        assert api.get(f"/api/runs/{run['id']}").json()["state"] == "cancelled"
+
+        # An approver may retry it: the next attempt of the same run is queued, then cancelled again.
+        page.click(f"[data-testid=retry-{run['id']}]")
+        page.wait_for_function("['queued', 'starting', 'running'].includes("
+                               "document.querySelector('[data-testid=run-state]').dataset.state)", timeout=20_000)
+        assert api.get(f"/api/runs/{run['id']}").json()["attempt"] == 2
+        page.click(f"[data-testid=cancel-{run['id']}]")
+        page.wait_for_function("document.querySelector('[data-testid=run-state]').dataset.state === 'cancelled'",
+                               timeout=60_000)
+
+
+def test_runs_table_cancel_filter_and_widths(api_server, api, corpus):
+    run = submit(api, tiny_plan(sp_size=2), {"steps": 5, "data": {"path": str(corpus)}},
+                 name=f"ui-pending-{uuid.uuid4().hex[:6]}", approve=False)
+    rid = run["id"]
+    with chromium_page() as page:
+        page.goto(f"{api_server}/#/runs")
+        row = page.locator(f"[data-testid=run-row-{rid}]")
+        row.wait_for(timeout=20_000)
+        assert row.get_attribute("data-state") == "pending_approval"
+        assert page.locator(f"[data-testid=approve-{rid}]").is_visible()
+
+        # Filter by text and state narrows the table.
+        page.fill("[data-testid=runs-filter-text]", run["name"])
+        page.wait_for_function("() => document.querySelector('[data-testid=runs-table]').dataset.count === '1'",
+                               timeout=10_000)
+        page.fill("[data-testid=runs-filter-text]", "")
+        page.select_option("[data-testid=runs-filter-state]", "succeeded")
+        page.wait_for_function(f"() => !document.querySelector('[data-testid=run-row-{rid}]')", timeout=10_000)
+        page.select_option("[data-testid=runs-filter-state]", "")
+        row.wait_for(timeout=10_000)
+
+        page.click(f"[data-testid=cancel-{rid}]")
+        page.wait_for_function(
+            f"() => document.querySelector('[data-testid=run-row-{rid}]')?.dataset.state === 'cancelled'",
+            timeout=20_000)
+        assert api.get(f"/api/runs/{rid}").json()["state"] == "cancelled"
+        assert page.evaluate("document.documentElement.scrollWidth") <= 1280
+        screenshot(page, "dashboard-runs")
+
+    with chromium_page(width=390, height=844) as page:
+        page.goto(f"{api_server}/#/runs")
+        page.locator(f"[data-testid=run-row-{rid}]").wait_for(timeout=20_000)
+        time.sleep(0.5)
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+        assert page.locator(f"[data-testid=run-state-{rid}]").is_visible()
+        screenshot(page, "dashboard-runs-phone")
+
+
+def test_approving_a_run_that_does_not_fit_asks_for_force(api_server, api, corpus):
+    plan = tiny_plan(sp_size=2)
+    # A made-up GPU with 10 MiB: the planner says the tiny model does not fit, so approval needs force.
+    plan["hardware"]["gpu"] = {"name": "tiny-gpu", "memory_gib": 0.01, "hbm_tb_per_s": 1, "bf16_dense_tflops": 10,
+                               "nvlink_gb_per_s_per_direction": 10, "typical_internode_gb_per_s": 1}
+    run = submit(api, plan, {"steps": 5, "data": {"path": str(corpus)}}, name="ui-does-not-fit", approve=False)
+    rid = run["id"]
+    assert run["estimate"]["memory"]["fits"] is False
+    with chromium_page() as page:
+        page.goto(f"{api_server}/#/runs/{rid}")
+        page.click(f"[data-testid=approve-{rid}]")
+        error = page.locator(f"[data-testid=action-error-{rid}]")
+        error.wait_for(timeout=10_000)
+        assert "GiB" in error.inner_text()
+        assert page.locator(f"[data-testid=approve-force-{rid}]").is_visible()
+        assert page.get_attribute("[data-testid=run-state]", "data-state") == "pending_approval"
+        screenshot(page, "dashboard-run-needs-force")
+        page.click(f"[data-testid=cancel-{rid}]")
+        page.wait_for_function("document.querySelector('[data-testid=run-state]').dataset.state === 'cancelled'",
+                               timeout=20_000)

@@ -1,0 +1,78 @@
+"""End to end without a browser: plan -> approve -> Celery worker -> torchrun (2 CPU ranks) -> metrics in the API."""
+import os
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.services import Stack
+from tests.tiny import submit, tiny_plan, wait_for, write_corpus
+
+pytestmark = pytest.mark.slow
+
+
+def loss_points(api: httpx.Client, run_id: int) -> list[float]:
+    q = api.get(f"/api/runs/{run_id}/metrics", params={"name": "loss", "points": 1000}).json()
+    return q["series"][0]["last"] if q["series"] else []
+
+
+def test_run_trains_on_redis_and_postgres(api, trained_run):
+    run = trained_run
+    assert run["state"] == "succeeded" and run["worker"] and run["exit_reason"] is None
+    assert run["last_step"] == run["steps"] == 12
+    losses = loss_points(api, run["id"])
+    assert len(losses) >= 10 and losses[-1] < losses[0]
+    mem = api.get(f"/api/runs/{run['id']}/metrics", params={"name": "peak_allocated_gib"}).json()["series"]
+    assert [s["rank"] for s in mem] == [0, 1] and all(v > 0 for s in mem for v in s["last"])
+    names = api.get(f"/api/runs/{run['id']}/metrics/names").json()
+    assert {"loss", "lr", "grad_norm", "tokens_per_s", "step_time_s", "seq_len"} <= set(names)
+    log = api.get(f"/api/runs/{run['id']}/log").json()["lines"]
+    assert log, "the trainer's output is readable through the API"
+
+
+def trainer_pids(run_dir: str) -> list[int]:
+    """Processes whose command line names this run's directory (torchrun and its ranks)."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if run_dir.encode() in (d / "cmdline").read_bytes():
+                    pids.append(int(d.name))
+            except OSError:
+                pass
+    return pids
+
+
+def test_cancel_stops_every_trainer_process(api, corpus):
+    run = submit(api, tiny_plan(sp_size=2), {"steps": 100000, "data": {"path": str(corpus)}}, name="to-cancel")
+    run = wait_for(api, run["id"], {"running"}, timeout_s=120)
+    end = time.monotonic() + 120
+    while api.get(f"/api/runs/{run['id']}").json()["last_step"] < 2 and time.monotonic() < end:
+        time.sleep(0.5)
+    run_dir = api.get(f"/api/runs/{run['id']}").json()
+    pids_before = trainer_pids(f"run-{run['id']}/")
+    assert len(pids_before) >= 3, "torchrun and two ranks should be running"  # launcher + 2 ranks
+    cancelled_at = time.monotonic()
+    r = api.post(f"/api/runs/{run['id']}/cancel")
+    assert r.status_code == 200 and r.json()["cancel_requested"] is True
+    while trainer_pids(f"run-{run['id']}/") and time.monotonic() - cancelled_at < 15:
+        time.sleep(0.2)
+    assert trainer_pids(f"run-{run['id']}/") == [], "trainer processes still alive 15 s after cancel"
+    final = wait_for(api, run["id"], {"cancelled"}, timeout_s=30)
+    assert final["finished_at"] and final["exit_reason"] == "cancelled by request"
+    assert run_dir["state"] == "running"
+
+
+def test_same_flow_on_embedded_defaults(tmp_path, corpus):
+    """SQLite database and kombu's SQLAlchemy broker transport: what `make run` starts."""
+    s = Stack(tmp_path / "embedded", database_url="", broker_url="").start()
+    try:
+        assert not os.environ.get("ULAB_DATABASE_URL")
+        with s.client() as api:
+            run = submit(api, tiny_plan(sp_size=2), {"steps": 10, "data": {"path": str(corpus)}}, name="embedded")
+            run = wait_for(api, run["id"], {"succeeded"}, timeout_s=300)
+            assert len(loss_points(api, run["id"])) >= 10
+        assert (tmp_path / "embedded" / "ulab.db").is_file() and (tmp_path / "embedded" / "broker.db").is_file()
+    finally:
+        s.stop()

@@ -1,0 +1,272 @@
+"""Real `ulab train` runs (torchrun, 2 CPU ranks, gloo, sdpa) of a tiny Llama on packed multi-document data.
+
+Runs are shared between tests through one module-scoped cache: each layout trains once.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tests.integration.test_trainer_support import (SHARED, ULAB, check_ok, make_plan, metrics, train,
+                                                    write_documents)
+from worker.trainer.launch_config import torchrun_command
+
+pytestmark = pytest.mark.slow
+
+STEPS = 20
+SINGLE_STEPS = 10
+
+
+class Runs:
+    def __init__(self, root: Path):
+        self.root = root
+        self.data = write_documents(root / "docs.txt")
+        self.done: dict[str, Path] = {}
+
+    def get(self, name: str, **layout) -> Path:
+        if name not in self.done:
+            plan = make_plan(self.root / f"{name}.json", self.data, **layout)
+            run_dir = self.root / name
+            check_ok(train(plan, run_dir))
+            self.done[name] = run_dir
+        return self.done[name]
+
+    # the three layouts that must agree: one process, Ulysses SP=2, data parallel 2 (same rows per step)
+    def single(self):  # the slowest layout (one process does all the work): fewer steps
+        return self.get("single", sp=1, dp=1, gas=2, steps=SINGLE_STEPS)
+
+    def sp2(self):
+        return self.get("sp2", sp=2, dp=1, gas=2, steps=STEPS, checkpoint_every=6, keep_checkpoints=2)
+
+    def dp2(self):
+        return self.get("dp2", sp=1, dp=2, gas=1, steps=STEPS)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    return Runs(tmp_path_factory.mktemp("trainer_runs"))
+
+
+def losses(run_dir: Path) -> list[float]:
+    return [m["loss"] for m in metrics(run_dir)]
+
+
+def final_params(run_dir: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(run_dir / "stages" / "stage0" / "model.safetensors"))
+
+
+def test_trainer_contract_script_passes():
+    proc = subprocess.run(["bash", str(SHARED / "tools" / "check_trainer_contract.sh"), str(ULAB)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
+    assert "contract holds" in proc.stdout
+
+
+def test_sp2_loss_equals_single_process_every_step(runs):
+    one, sp = metrics(runs.single()), metrics(runs.sp2())
+    assert [m["step"] for m in sp] == list(range(1, STEPS + 1))
+    assert [m["step"] for m in one] == list(range(1, SINGLE_STEPS + 1))
+    for a, b in zip(one, sp):
+        assert abs(a["loss"] - b["loss"]) <= 1e-4 * abs(a["loss"]), (a["step"], a["loss"], b["loss"])
+        assert abs(a["grad_norm"] - b["grad_norm"]) <= 1e-3 * a["grad_norm"], (a["step"], a["grad_norm"], b["grad_norm"])
+    assert one[-1]["loss"] < one[0]["loss"] - 0.5, "the model did not learn: the comparison would prove little"
+    assert len(sp[0]["peak_allocated_gib"]) == 2 and all(v > 0 for v in sp[0]["peak_allocated_gib"])
+    assert sp[0]["memory_measure"] == "cpu_tensor_tracker"
+    assert sp[0]["target_tokens"] < sp[0]["tokens"], "packed documents should mask boundary labels"
+
+
+def test_dp2_gas1_equals_sp2_gas2_losses_and_parameters(runs):
+    """Ulysses SP validation: DP=2,SP=1,GAS=1 vs DP=1,SP=2,GAS=2, same data and seed, 20 steps."""
+    dp, sp = metrics(runs.dp2()), metrics(runs.sp2())
+    assert len(dp) == len(sp) == STEPS
+    for a, b in zip(dp, sp):
+        assert abs(a["loss"] - b["loss"]) <= 1e-4, (a["step"], a["loss"], b["loss"])
+    pd, ps = final_params(runs.dp2()), final_params(runs.sp2())
+    assert pd.keys() == ps.keys()
+    worst = max(float((pd[k] - ps[k]).abs().max()) for k in pd)
+    assert worst <= 1e-4, f"parameters differ by {worst}"
+    moved = max(float((pd[k] - final_params_init(runs)[k]).abs().max()) for k in pd)
+    assert moved > 1e-2, "parameters hardly moved: the comparison would prove little"
+
+
+def final_params_init(runs) -> dict[str, torch.Tensor]:
+    """The random initial weights (seed 0), built the way the trainer builds them."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from tests.integration.test_trainer_support import TINY_LLAMA
+
+    cfg = dict(TINY_LLAMA)
+    config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    return {k: v.detach() for k, v in model.state_dict().items()}
+
+
+def _wait_for(run_dir: Path, proc, step: int, checkpoint: int | None = None, timeout: float = 240) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        steps = [m["step"] for m in metrics(run_dir)]
+        ck = run_dir / f"checkpoints/stage0/checkpoint-{checkpoint}/trainer_state.json"
+        if steps and steps[-1] >= step and (checkpoint is None or ck.exists()):
+            return
+        assert proc.poll() is None, f"run ended early: {proc.stderr.read()[-2000:]}"
+        time.sleep(0.2)
+    pytest.fail(f"the run did not reach step {step}")
+
+
+def _start(plan: Path, run_dir: Path, resume: bool = False):
+    return subprocess.Popen([str(ULAB), "train", "--plan", str(plan), "--run-dir", str(run_dir)]
+                            + (["--resume"] if resume else []),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def test_sigterm_checkpoints_then_sigkill_and_resume_continue_the_curve(runs):
+    """SIGTERM to the process group (the worker's cancel): checkpoint at the current step, exit 75.
+    Then resume, SIGKILL after step 6 (checkpoint every 6), resume again: steps 1-12 equal the uninterrupted run."""
+    base = metrics(runs.sp2())[:12]  # constant LR: the first 12 steps of the 20-step run are a 12-step run
+    plan = make_plan(runs.root / "killed.json", runs.data, sp=2, dp=1, gas=2, steps=12, checkpoint_every=6,
+                     keep_checkpoints=2)
+    run_dir = runs.root / "killed"
+    proc = _start(plan, run_dir)
+    try:
+        _wait_for(run_dir, proc, step=3)
+        os.killpg(proc.pid, signal.SIGTERM)
+        err = proc.communicate(timeout=120)[1]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 75, err[-2000:]
+    assert "preempted" in err.strip().splitlines()[-1]
+    stopped = metrics(run_dir)[-1]["step"]
+    assert 3 <= stopped < 6, f"SIGTERM sent at step 3 stopped the run only after step {stopped}"
+    assert (run_dir / f"checkpoints/stage0/checkpoint-{stopped}/trainer_state.json").exists()
+
+    proc = _start(plan, run_dir, resume=True)
+    try:
+        _wait_for(run_dir, proc, step=7, checkpoint=6)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    check_ok(train(plan, run_dir, resume=True))
+    got = metrics(run_dir)
+    assert [m["step"] for m in got] == list(range(1, 13))
+    for a, b in zip(base, got):
+        assert abs(a["loss"] - b["loss"]) <= 1e-5, (a["step"], a["loss"], b["loss"])
+        assert abs(a["lr"] - b["lr"]) <= 1e-12
+    assert len(list((run_dir / "checkpoints/stage0").glob("checkpoint-*"))) <= 2, "keep_checkpoints=2"
+
+
+def test_alst_features_under_zero3_with_offload_match_the_plain_run(runs):
+    """TiledMLP, tiled logits loss, activation checkpointing with CPU offload, ZeRO-3 with optimizer and parameter
+    offload, all on: the same per-step loss as the plain SP=2 run (tiling and offload change memory, not math)."""
+    alst = {"zero_stage": 3, "offload_optimizer": True, "offload_params": True, "activation_checkpointing": True,
+            "checkpoint_offload": True, "tiled_mlp": True, "tiled_logits_loss": True}
+    got = metrics(runs.get("alst", sp=2, dp=1, gas=2, steps=5, training=alst))
+    base = metrics(runs.sp2())
+    assert [m["step"] for m in got] == [1, 2, 3, 4, 5]
+    for a, b in zip(base, got):
+        assert abs(a["loss"] - b["loss"]) <= 1e-4 * a["loss"], (a["step"], a["loss"], b["loss"])
+        # the same gradient norm too (so clipping acts alike): ZeRO-3 under SP needs the trainer's correction
+        assert abs(a["grad_norm"] - b["grad_norm"]) <= 1e-3 * a["grad_norm"], (a["step"], a["grad_norm"], b["grad_norm"])
+
+
+def test_two_stage_run_starts_stage_two_from_stage_one(runs):
+    run_dir = runs.get("stages", sp=2, dp=1, gas=1, steps=1,
+                       stages=[{"seq_len": 256, "steps": 4}, {"seq_len": 512, "steps": 3}])
+    m = metrics(run_dir)
+    assert [x["step"] for x in m] == list(range(1, 8))
+    assert [x["seq_len"] for x in m] == [256] * 4 + [512] * 3
+    assert (run_dir / "stages" / "stage0" / "model.safetensors").exists()
+    # a fresh model starts near ln(vocab) = 6.24; stage 2 must start from stage 1's weights, well below it
+    assert m[4]["loss"] < m[0]["loss"] - 0.2, [x["loss"] for x in m]
+    assert all(math.isfinite(x["loss"]) for x in m)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_nodes_meet_at_c10d_rendezvous_with_sp_across_them(runs):
+    plan = make_plan(runs.root / "nodes.json", runs.data, sp=2, dp=1, gas=2, steps=4, nodes=2)
+    run_dir = runs.root / "nodes"
+    endpoint = f"127.0.0.1:{_free_port()}"
+    procs = []
+    for node in (0, 1):
+        cmd = torchrun_command(plan, run_dir, nproc_per_node=1, nnodes=2, node_rank=node,
+                               rdzv_endpoint=endpoint, rdzv_id="ulab-test", python=sys.executable)
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                      start_new_session=True))
+    try:
+        errs = [p.communicate(timeout=240)[1] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+    assert [p.returncode for p in procs] == [0, 0], errs[0][-1500:] + errs[1][-1500:]
+    m = metrics(run_dir)
+    assert [x["step"] for x in m] == [1, 2, 3, 4]
+    assert all(len(x["peak_allocated_gib"]) == 2 for x in m)
+    # SP=2 over two nodes computes what SP=2 on one node computes
+    ref = metrics(runs.sp2())
+    for a, b in zip(ref[:4], m):
+        assert abs(a["loss"] - b["loss"]) <= 1e-4, (a["step"], a["loss"], b["loss"])
+
+
+def test_out_of_memory_names_the_rank_and_size(runs):
+    """A real allocation failure (a 2^31-token vocabulary: 512 GiB of embeddings) on 2 ranks under torchrun."""
+    plan = make_plan(runs.root / "oom.json", runs.data, sp=2, steps=1)
+    spec = json.loads(plan.read_text())
+    spec["model"]["config"]["vocab_size"] = 2**31
+    plan.write_text(json.dumps(spec))
+    proc = train(plan, runs.root / "oom")
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "out of memory on rank" in last and "512.00 GiB" in last, last
+    err = json.loads((runs.root / "oom" / "error.json").read_text())
+    assert err["kind"] == "oom" and err["rank"] in (0, 1) and err["requested_gib"] == 512.0
+
+
+def _local_checkpoint(directory: Path, docs: Path) -> Path:
+    """A Hugging Face checkpoint directory made here: a tiny Llama (save_pretrained) and a word-level tokenizer
+    trained on the test documents (tokenizers), so the real AutoTokenizer/AutoModel loading path runs offline."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
+
+    from tests.integration.test_trainer_support import TINY_LLAMA
+
+    tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train([str(docs)], trainers.WordLevelTrainer(special_tokens=["[UNK]", "[PAD]", "[EOS]"]))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", eos_token="[EOS]")
+    fast.save_pretrained(directory)
+    cfg = dict(TINY_LLAMA, vocab_size=128)
+    config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+    torch.manual_seed(1)
+    AutoModelForCausalLM.from_config(config).save_pretrained(directory)
+    return directory
+
+
+def test_local_checkpoint_and_its_tokenizer_load_through_the_real_path(runs):
+    ckpt = _local_checkpoint(runs.root / "hf_ckpt", runs.data)
+    plan = make_plan(runs.root / "ckpt.json", runs.data, sp=1, steps=3, seq_len=64, model_path=str(ckpt))
+    run_dir = runs.root / "ckpt_run"
+    check_ok(train(plan, run_dir))
+    m = metrics(run_dir)
+    assert [x["step"] for x in m] == [1, 2, 3]
+    meta = json.loads((run_dir / "data" / "stage0.json").read_text())
+    assert meta["tokenizer"] == f"hf:{ckpt}"
+    # a word-level vocabulary of ~40 words: a random 128-token model starts near ln(128) = 4.85
+    assert 4.0 < m[0]["loss"] < 5.6 and m[-1]["loss"] < m[0]["loss"]

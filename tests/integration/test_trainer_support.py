@@ -1,0 +1,58 @@
+"""Helpers shared by the trainer integration tests: tiny plans, packed-document data, `ulab train` runs."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ULAB = Path(sys.executable).parent / "ulab"
+SHARED = Path(__file__).resolve().parents[3] / "shared"
+
+TINY_LLAMA = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 512, "max_position_embeddings": 2048}
+
+
+def write_documents(path: Path, n_docs: int = 400) -> Path:
+    """Documents of different lengths separated by blank lines, so packed rows hold several documents."""
+    words = ("ulysses splits the sequence across ranks and trades it for attention heads with one all to all "
+             "before and after attention while zero shards the optimizer states gradients and parameters").split()
+    docs = []
+    for i in range(n_docs):
+        n = 5 + (i * 37) % 40
+        docs.append(" ".join(words[(i * 11 + j * 3) % len(words)] for j in range(n)) + ".")
+    path.write_text("\n\n".join(docs) + "\n")
+    return path
+
+
+def make_plan(path: Path, data: Path, *, sp: int = 1, dp: int = 1, gas: int = 1, steps: int = 8,
+              seq_len: int = 256, nodes: int = 1, training: dict | None = None, **run) -> Path:
+    world = sp * dp
+    plan = {
+        "model": {"config": dict(TINY_LLAMA)},
+        "hardware": {"gpu": "H100-80GB", "gpus_per_node": world // nodes, "num_nodes": nodes},
+        "parallel": {"sp_size": sp, "dp_size": dp},
+        "training": {"seq_len": seq_len, "micro_batch_size": 1, "grad_accum": gas, "dtype": "fp32",
+                     "zero_stage": 2, "offload_optimizer": False, "offload_params": False,
+                     "activation_checkpointing": False, "checkpoint_offload": False, "tiled_mlp": False,
+                     "tiled_logits_loss": False, "attn_implementation": "sdpa"},
+        "run": {"steps": steps, "learning_rate": 1e-3, "seed": 0, "data": {"path": str(data)},
+                "model_path": None, "checkpoint_every": 0, **run},
+    }
+    plan["training"].update(training or {})
+    path.write_text(json.dumps(plan, indent=1))
+    return path
+
+
+def train(plan: Path, run_dir: Path, *, resume: bool = False, timeout: float = 240) -> subprocess.CompletedProcess:
+    cmd = [str(ULAB), "train", "--plan", str(plan), "--run-dir", str(run_dir)] + (["--resume"] if resume else [])
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    p = Path(run_dir) / "metrics.jsonl"
+    return [json.loads(l) for l in p.read_text().splitlines() if l.strip()] if p.exists() else []
+
+
+def check_ok(proc: subprocess.CompletedProcess) -> None:
+    assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr[-3000:]}"

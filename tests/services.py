@@ -1,0 +1,163 @@
+"""Real services for tests: a fresh PostgreSQL database, a Redis database, the API and Celery worker processes."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+BIN = Path(sys.executable).parent
+ULAB = BIN / "ulab"
+PG_ADMIN_URL = os.environ.get("ULAB_TEST_PG_ADMIN", "postgresql://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("ULAB_TEST_REDIS", "redis://127.0.0.1:6379")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def postgres_database():
+    """A new, empty PostgreSQL database for this test session; dropped afterwards."""
+    import psycopg
+
+    name = f"ulab_test_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    base = PG_ADMIN_URL.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
+    try:
+        yield f"{base}/{name}"
+    finally:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def redis_database(db: int = 11):
+    """A Redis logical database, emptied before and after."""
+    import redis
+
+    client = redis.Redis.from_url(f"{REDIS_URL}/{db}")
+    client.flushdb()
+    try:
+        yield f"{REDIS_URL}/{db}"
+    finally:
+        client.flushdb()
+        client.close()
+
+
+def wait_http(url: str, timeout_s: float, proc: subprocess.Popen | None = None, log: Path | None = None) -> None:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode}: {log.read_text()[-3000:] if log else ''}")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"{url} did not answer in {timeout_s}s: {log.read_text()[-3000:] if log else ''}")
+
+
+class Service:
+    """A child process with its output in a log file; stopped (whole process group) on exit."""
+
+    def __init__(self, name: str, cmd: list[str], env: dict, log_dir: Path):
+        self.name, self.cmd, self.env = name, cmd, env
+        self.log = log_dir / f"{name}.log"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "Service":
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                                         start_new_session=True, cwd=REPO)
+        return self
+
+    def stop(self, sig: int = 15, timeout_s: float = 20) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, sig)
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, 9)
+            self.proc.wait()
+        except ProcessLookupError:
+            pass
+
+
+def service_env(home: Path, database_url: str, broker_url: str, api_url: str, **extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ULAB_")}
+    env.update(ULAB_HOME=str(home), ULAB_DATABASE_URL=database_url, ULAB_BROKER_URL=broker_url,
+               ULAB_API_URL=api_url, PYTHONUNBUFFERED="1", **extra)
+    return env
+
+
+class Stack:
+    """The API (and optionally a Celery worker) as real processes on the given database and broker.
+    Run specs may name paths under the system temp directory (where tests write their data)."""
+
+    def __init__(self, home: Path, database_url: str, broker_url: str, worker: bool = True, **settings: str):
+        home.mkdir(parents=True, exist_ok=True)
+        self.home, self.port = home, free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = service_env(home, database_url, broker_url, self.url, ULAB_CANCEL_GRACE_S="8",
+                               ULAB_ALLOWED_ROOTS=tempfile.gettempdir(), **settings)
+        self.admin_token = ""
+        self.api = Service("api", [str(ULAB), "serve", "--port", str(self.port)], self.env, home)
+        self.worker = Service("worker", [str(ULAB), "worker", "--gpu-type", "H100-80GB", "--loglevel", "info"],
+                              self.env, home) if worker else None
+
+    def start(self) -> "Stack":
+        self.api.start()
+        wait_http(f"{self.url}/api/health", 60, self.api.proc, self.api.log)
+        self.admin_token = self.cli("token", "create", "--role", "admin", "--name", "tests").strip()
+        if self.worker:
+            self.worker.start()
+            self.wait_worker_ready()
+        return self
+
+    def cli(self, *args: str) -> str:
+        """Run `ulab ARGS` against this stack's database; answers its stdout."""
+        r = subprocess.run([str(ULAB), *args], env=self.env, cwd=REPO, capture_output=True, text=True, timeout=120)
+        if r.returncode != 0:
+            raise RuntimeError(f"ulab {' '.join(args)} failed: {r.stderr[-2000:]}")
+        return r.stdout
+
+    def client(self, role: str = "admin") -> httpx.Client:
+        """An HTTP client holding a token of the given role (admin: the bootstrap token)."""
+        token = self.admin_token if role == "admin" else self.token(role)
+        return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+
+    def token(self, role: str) -> str:
+        r = httpx.post(f"{self.url}/api/tokens", json={"name": f"test {role}", "role": role},
+                       headers={"Authorization": f"Bearer {self.admin_token}"}, timeout=30)
+        r.raise_for_status()
+        return r.json()["token"]
+
+    def wait_worker_ready(self, timeout_s: float = 60) -> None:
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            if "ready." in self.worker.log.read_text(errors="replace"):
+                return
+            if self.worker.proc.poll() is not None:
+                raise RuntimeError(f"worker exited: {self.worker.log.read_text()[-3000:]}")
+            time.sleep(0.3)
+        raise TimeoutError(f"worker not ready: {self.worker.log.read_text()[-3000:]}")
+
+    def stop(self) -> None:
+        if self.worker:
+            self.worker.stop()
+        self.api.stop()

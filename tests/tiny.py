@@ -1,0 +1,61 @@
+"""A tiny Llama plan (4 heads, CPU, fp32) and a text corpus, for runs that train in seconds on 2 CPU ranks."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import httpx
+
+WORDS = ("the quick brown fox jumps over the lazy dog while sequence parallel ranks trade heads for tokens "
+         "and every step the loss goes down a little").split()
+TERMINAL = {"succeeded", "failed", "oom", "cancelled", "lost"}
+
+
+def write_corpus(path: Path, lines: int = 4000) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        for i in range(lines):
+            f.write(" ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(12)) + ".\n")
+    return path
+
+
+def tiny_plan(sp_size: int = 2, seq_len: int = 512, dp_size: int = 1) -> dict:
+    return {
+        "model": {"config": {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+                             "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128,
+                             "vocab_size": 512, "max_position_embeddings": 2048}},
+        "hardware": {"gpu": "H100-80GB", "gpus_per_node": sp_size * dp_size, "num_nodes": 1},
+        "parallel": {"sp_size": sp_size, "dp_size": dp_size},
+        "training": {"seq_len": seq_len, "micro_batch_size": 1, "grad_accum": 1, "dtype": "fp32", "zero_stage": 2,
+                     "offload_optimizer": False, "offload_params": False, "activation_checkpointing": False,
+                     "checkpoint_offload": False, "tiled_mlp": False, "tiled_logits_loss": False,
+                     "attn_implementation": "sdpa"},
+    }
+
+
+def submit(client: httpx.Client, plan: dict, run: dict, name: str = "tiny", approve: bool = True) -> dict:
+    """Store the plan, submit a run from it and (by default) approve it, through the API."""
+    r = client.post("/api/plans", json={"name": name, **plan})
+    assert r.status_code == 201, r.text
+    r = client.post("/api/runs", json={"plan_id": r.json()["id"], "name": name, "run": run})
+    assert r.status_code == 201, r.text
+    run_out = r.json()
+    assert run_out["state"] == "pending_approval"
+    if approve:
+        r = client.post(f"/api/runs/{run_out['id']}/approve")
+        assert r.status_code == 200, r.text
+        run_out = r.json()
+    return run_out
+
+
+def wait_for(client: httpx.Client, run_id: int, states: set[str], timeout_s: float) -> dict:
+    end = time.monotonic() + timeout_s
+    run = {}
+    while time.monotonic() < end:
+        run = client.get(f"/api/runs/{run_id}").json()
+        if run["state"] in states:
+            return run
+        if run["state"] in TERMINAL:
+            raise AssertionError(f"run {run_id} ended {run['state']}, waiting for {states}: {run.get('exit_reason')}")
+        time.sleep(0.5)
+    raise TimeoutError(f"run {run_id} still {run.get('state')} after {timeout_s}s, waiting for {states}")

@@ -1,0 +1,44 @@
+"""Metric ingest and the chart query on SQLite (the embedded default), against Python over the raw points."""
+import pytest
+
+from backend.core import db, settings
+from backend.metrics import chart, service
+from backend.metrics.schemas import PointIn
+
+
+@pytest.fixture
+def session(tmp_path, monkeypatch):
+    monkeypatch.setenv("ULAB_DATABASE_URL", f"sqlite:///{tmp_path / 'm.db'}")
+    for cached in (settings.get_settings, db.get_engine, db.get_sessionmaker):
+        cached.cache_clear()
+    db.upgrade_database()
+    from backend.plans.models import Plan
+    from backend.runs.models import Run
+
+    with db.get_sessionmaker()() as s:
+        s.add(Plan(name="p", spec={}, estimate={}))
+        s.flush()
+        s.add(Run(name="r", plan_id=1, state="running", spec={}))
+        s.commit()
+        yield s
+    for cached in (settings.get_settings, db.get_engine, db.get_sessionmaker):
+        cached.cache_clear()
+
+
+def test_rollups_and_raw_edges_give_the_buckets_python_gives(session):
+    values = {s: ((s * 7919) % 1000) / 10.0 for s in range(1, 20001)}
+    pts = [PointIn(rank=r, step=s, name="loss", value=v + r) for s, v in values.items() for r in (0, 1)]
+    assert service.ingest(session, 1, pts[:25000]) == 25000
+    assert service.ingest(session, 1, pts[20000:]) == 20000  # overlapping resend
+    for start, stop, budget in [(1, 20000, 1000), (1, 20000, 37), (4999, 15001, 100), (5, 40, 1000)]:
+        width, _ = chart.plan_buckets(start, stop, budget)
+        out = chart.query(session, 1, "loss", start, stop, budget)
+        assert [s.rank for s in out.series] == [0, 1]
+        for s in out.series:
+            expected: dict[int, list] = {}
+            for step in range(start, stop + 1):
+                v = values[step] + s.rank
+                b = expected.setdefault(step // width, [step, v, v, v])
+                b[0], b[1], b[2], b[3] = step, min(b[1], v), max(b[2], v), v
+            assert list(zip(s.step, s.min, s.max, s.last)) == [tuple(b) for _, b in sorted(expected.items())]
+            assert len(s.step) <= budget

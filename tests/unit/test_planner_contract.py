@@ -1,0 +1,27 @@
+"""The shared plan-v1 contract checker passes against the installed `ulab` script."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SHARED = Path(__file__).resolve().parents[3] / "shared"
+CHECKER = SHARED / "tools" / "check_plan_contract.py"
+ULAB = Path(sys.executable).parent / "ulab"
+
+
+@pytest.mark.skipif(not CHECKER.exists(), reason=f"{CHECKER} not found beside the repo")
+def test_plan_contract_checker_passes():
+    assert ULAB.exists(), f"{ULAB} missing: pip install -e . in this venv"
+    r = subprocess.run([sys.executable, str(CHECKER), str(ULAB)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "0 failed checks" in r.stdout
+
+
+def test_planner_is_a_pure_library():
+    code = ("import sys, backend.planner as p; p.estimate({}); "
+            "bad = [m for m in ('torch', 'fastapi', 'sqlalchemy', 'transformers') if m in sys.modules]; "
+            "print(bad); sys.exit(1 if bad else 0)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       cwd=Path(__file__).resolve().parents[2])
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -1,0 +1,108 @@
+"""Max-context search, sweeps and exports."""
+import copy
+import json
+
+import pytest
+
+from backend.planner import estimate, exports, max_seq_len, sweep
+from tests.plans import QWEN3_4B_SP4
+
+BASE = QWEN3_4B_SP4
+
+
+def with_training(**kw):
+    p = copy.deepcopy(BASE)
+    p["training"].update(kw)
+    return p
+
+
+@pytest.mark.parametrize("changes", [{}, {"tiled_logits_loss": True, "tiled_mlp": True, "checkpoint_offload": True}])
+def test_max_seq_is_the_boundary(changes):
+    r = max_seq_len(with_training(**changes))
+    n = r["max_seq_len"]
+    assert isinstance(n, int) and n > 0 and n % 4 == 0
+    assert r["estimate"]["memory"]["fits"] is True
+    assert estimate(with_training(seq_len=n, **changes))["memory"]["fits"] is True
+    assert estimate(with_training(seq_len=n + 4, **changes))["memory"]["fits"] is False
+
+
+def test_tiling_and_offload_extend_the_context():
+    plain = max_seq_len(BASE)["max_seq_len"]
+    alst = max_seq_len(with_training(tiled_logits_loss=True, tiled_mlp=True, checkpoint_offload=True))["max_seq_len"]
+    assert alst > 4 * plain
+
+
+def test_max_seq_limited_by_cpu_memory():
+    p = with_training(checkpoint_offload=True, tiled_logits_loss=True, tiled_mlp=True)
+    p["hardware"]["cpu_memory_gib_per_node"] = 200
+    r = max_seq_len(p)
+    assert r["estimate"]["memory"]["cpu_fits"] is True
+    q = copy.deepcopy(p)
+    q["training"]["seq_len"] = r["max_seq_len"] + 4
+    over = estimate(q)["memory"]
+    assert over["cpu_fits"] is False or over["fits"] is False
+
+
+def test_max_seq_of_invalid_plan():
+    p = copy.deepcopy(BASE)
+    p["hardware"]["gpu"] = "Z9000"
+    r = max_seq_len(p)
+    assert r["max_seq_len"] is None and r["estimate"]["valid"] is False
+    assert r["estimate"]["errors"][0]["field"] == "hardware.gpu"
+
+
+def test_sweep_shape_and_world_follows_sp():
+    r = sweep(BASE, [1, 2, 4, 8], [8192, 32768, 131072])
+    assert r["seq_lens"] == [8192, 32768, 131072] and r["gpu_capacity_gib"] == 80.0
+    assert [s["sp_size"] for s in r["series"]] == [1, 2, 4, 8]
+    for s in r["series"]:
+        assert s["gpus"] == s["sp_size"]                 # dp_size 1 kept
+        for key in ("peak_allocated_gib", "device_total_gib", "tokens_per_s", "fits"):
+            assert len(s[key]) == 3
+        assert s["peak_allocated_gib"] == sorted(s["peak_allocated_gib"])
+    by_sp = {s["sp_size"]: s for s in r["series"]}
+    assert by_sp[8]["peak_allocated_gib"][-1] < by_sp[1]["peak_allocated_gib"][-1]
+    assert by_sp[8]["max_seq_len"] > by_sp[1]["max_seq_len"]
+    at = estimate(with_training(seq_len=32768))["memory"]["peak_allocated_gib"]
+    assert by_sp[4]["peak_allocated_gib"][1] == at
+
+
+def test_sweep_defaults_and_invalid_sp():
+    r = sweep(BASE, None, None)
+    sps = [s["sp_size"] for s in r["series"]]
+    assert sps[0] == 1 and all(32 % sp == 0 for sp in sps)
+    assert len(r["seq_lens"]) >= 6 and r["seq_lens"] == sorted(r["seq_lens"])
+    bad = sweep(BASE, [3, 4], [8192])
+    assert bad["series"][0]["valid"] is False and bad["series"][0]["errors"][0]["field"] == "parallel.sp_size"
+    assert bad["series"][1]["valid"] is True
+
+
+def test_exports_are_the_trainers_files():
+    from worker.trainer import launch_config
+
+    x = exports(BASE)
+    assert json.loads(x["deepspeed_json"]) == launch_config.deepspeed_config(BASE)
+    assert x["accelerate_yaml"] == launch_config.accelerate_config_yaml(BASE)
+    assert "--nproc-per-node 4" in x["launch_command"] and "worker.trainer" in x["launch_command"]
+    two = copy.deepcopy(BASE)
+    two["hardware"].update(gpus_per_node=2, num_nodes=2)
+    assert "--nnodes 2" in exports(two)["launch_command"]
+    assert exports({"model": {}})["valid"] is False
+
+
+@pytest.mark.parametrize("features", [{}, {"tiled_logits_loss": True}, {"tiled_mlp": True},
+                                      {"checkpoint_offload": True, "tiled_mlp": True, "tiled_logits_loss": True},
+                                      {"activation_checkpointing": False}])
+def test_memory_is_monotone_in_seq_len(features):
+    # The bisection in max_seq_len relies on it; shard counts that round up must not make memory dip.
+    from backend.planner.memory import estimate_memory
+    from backend.planner.validate import parse
+
+    spec, errors, _ = parse(with_training(**features))
+    assert spec is not None, errors
+    prev = 0.0
+    for k in range(1, 200_000, 97):
+        m = estimate_memory(spec.with_(seq_len=4 * k))
+        assert m["device_total"] >= prev - 1e-6, (4 * k, m["device_total"], prev)
+        assert m["cpu_per_node"] >= 0
+        prev = m["device_total"]

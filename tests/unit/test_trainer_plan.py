@@ -1,0 +1,94 @@
+"""Plan validation before any rank starts: each error names the field; `ulab train` prints one line, exit 2."""
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from worker.trainer.spec import PlanError, RunSpec
+
+ULAB = Path(sys.executable).parent / "ulab"
+
+GOOD = {
+    "model": {"config": {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                         "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 512}},
+    "hardware": {"gpu": "H100-80GB", "gpus_per_node": 2, "num_nodes": 1},
+    "parallel": {"sp_size": 2, "dp_size": 1},
+    "training": {"seq_len": 512, "micro_batch_size": 1, "grad_accum": 1, "dtype": "fp32", "zero_stage": 2,
+                 "attn_implementation": "sdpa"},
+    "run": {"steps": 8, "learning_rate": 1e-3, "seed": 0, "data": {"path": "data.txt"}, "model_path": None},
+}
+
+
+def with_(path: str, value):
+    plan = copy.deepcopy(GOOD)
+    *parents, last = path.split(".")
+    node = plan
+    for p in parents:
+        node = node[p]
+    if value is _DELETE:
+        del node[last]
+    else:
+        node[last] = value
+    return plan
+
+
+_DELETE = object()
+
+
+def test_good_plan_parses():
+    spec = RunSpec.from_plan(GOOD)
+    assert spec.world_size == 2 and spec.total_steps == 8 and spec.stages[0].seq_len == 512
+
+
+def test_stages_replace_seq_len_and_steps():
+    spec = RunSpec.from_plan(with_("run.stages", [{"seq_len": 256, "steps": 3}, {"seq_len": 512, "steps": 2}]))
+    assert [(s.seq_len, s.steps) for s in spec.stages] == [(256, 3), (512, 2)]
+    assert spec.total_steps == 5 and spec.stage_at(4) == (1, 1) and spec.stage_at(5) == (2, 0)
+
+
+@pytest.mark.parametrize("path,value,field", [
+    ("training.seq_len", 511, "training.seq_len"),
+    ("model.config.num_attention_heads", 3, "parallel.sp_size"),
+    ("hardware.gpus_per_node", 4, "hardware.gpus_per_node"),
+    ("training.attn_implementation", "eager", "training.attn_implementation"),
+    ("training.dtype", "int8", "training.dtype"),
+    ("training.zero_stage", 4, "training.zero_stage"),
+    ("run.data", _DELETE, "run.data.path"),
+    ("run.steps", 0, "run.steps"),
+    ("run", _DELETE, "run"),
+    ("model.config", _DELETE, "run.model_path"),
+    ("run.stages", [{"seq_len": 255, "steps": 1}], "run.stages[0].seq_len"),
+])
+def test_bad_plans_name_the_field(path, value, field):
+    with pytest.raises(PlanError) as e:
+        RunSpec.from_plan(with_(path, value))
+    assert str(e.value).startswith(field), str(e.value)
+
+
+def _ulab_train(tmp_path, plan: dict | str, data: str | None = "x " * 2000):
+    p = tmp_path / "plan.json"
+    p.write_text(plan if isinstance(plan, str) else json.dumps(plan))
+    if data is not None:
+        (tmp_path / "data.txt").write_text(data)
+    return subprocess.run([str(ULAB), "train", "--plan", str(p), "--run-dir", str(tmp_path / "run")],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+
+
+@pytest.mark.parametrize("plan,data,needle", [
+    (with_("training.seq_len", 511), "x " * 2000, "seq_len"),
+    ("{not json", "x", "not valid JSON"),
+    (GOOD, None, "does not exist"),
+    (GOOD, "", "is empty"),
+    (GOOD, "short", "too short for one sequence"),
+])
+def test_ulab_train_fails_before_any_rank_with_one_line(tmp_path, plan, data, needle):
+    proc = _ulab_train(tmp_path, plan, data)
+    assert proc.returncode == 2
+    lines = [l for l in proc.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and needle in lines[0], proc.stderr
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()

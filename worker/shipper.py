@@ -1,0 +1,94 @@
+"""Ships the trainer's metrics.jsonl to the API in batches. The file is the buffer: the offset advances only
+after the API has stored a batch, so nothing is lost while the API is down, and resends are harmless
+(the API upserts on run, rank, step, name)."""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from pathlib import Path
+
+import httpx
+
+log = logging.getLogger(__name__)
+MAX_BATCH_LINES = 2000
+
+
+def line_to_points(record: dict) -> list[dict]:
+    """One trainer line -> metric points: numbers on rank 0, lists of numbers one point per rank."""
+    step = int(record["step"])
+    wall = float(record.get("time", time.time()))
+    points = []
+    for name, value in record.items():
+        if name in ("step", "time") or isinstance(value, bool):
+            continue
+        if isinstance(value, (int, float)) and math.isfinite(value):
+            points.append({"rank": 0, "step": step, "name": name, "value": float(value), "wall_time": wall})
+        elif isinstance(value, list):
+            points += [{"rank": r, "step": step, "name": name, "value": float(v), "wall_time": wall}
+                       for r, v in enumerate(value)
+                       if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
+    return points
+
+
+class MetricShipper:
+    def __init__(self, path: Path, api_url: str, run_id: int, token: str, timeout_s: float = 5.0):
+        self.path, self.run_id = path, run_id
+        self.url = f"{api_url.rstrip('/')}/api/runs/{run_id}/metrics"
+        self.client = httpx.Client(timeout=timeout_s, headers={"Authorization": f"Bearer {token}"})
+        self.offset = 0
+        self.last_step = 0
+        self.failures = 0
+        self._next_try = 0.0
+
+    def _read_new_lines(self) -> tuple[list[str], int]:
+        if not self.path.is_file():
+            return [], self.offset
+        with self.path.open("rb") as f:
+            f.seek(self.offset)
+            data = f.read()
+        end = data.rfind(b"\n") + 1  # only whole lines; a line being written waits for the next call
+        lines = data[:end].decode("utf-8", "replace").splitlines()[:MAX_BATCH_LINES]
+        consumed = sum(len(line.encode("utf-8")) + 1 for line in lines) if len(lines) == MAX_BATCH_LINES else end
+        return lines, self.offset + consumed
+
+    def ship(self) -> bool:
+        """Send what is new; True when everything written so far is stored. Backs off after failures."""
+        if time.monotonic() < self._next_try:
+            return False
+        while True:
+            lines, new_offset = self._read_new_lines()
+            if not lines:
+                return True
+            points = []
+            for line in lines:
+                try:
+                    record = json.loads(line)
+                    points += line_to_points(record)
+                    self.last_step = max(self.last_step, int(record["step"]))
+                except (ValueError, KeyError, TypeError):
+                    log.warning("run %s: skipping a metrics line that is not a step record: %.200s", self.run_id, line)
+            try:
+                r = self.client.post(self.url, json={"points": points})
+                r.raise_for_status()
+            except httpx.HTTPError as e:
+                self.failures += 1
+                delay = min(30.0, 0.5 * 2 ** min(self.failures, 6))
+                self._next_try = time.monotonic() + delay
+                log.warning("run %s: could not ship metrics (%s); retrying in %.1fs", self.run_id, e, delay)
+                return False
+            self.failures, self.offset = 0, new_offset
+
+    def drain(self, deadline_s: float) -> bool:
+        """After the trainer exits: keep trying until all is shipped or the deadline passes."""
+        end = time.monotonic() + deadline_s
+        while time.monotonic() < end:
+            self._next_try = min(self._next_try, time.monotonic() + 1.0)
+            if self.ship():
+                return True
+            time.sleep(0.5)
+        return False
+
+    def close(self) -> None:
+        self.client.close()

@@ -1,0 +1,127 @@
+"""The per-step callback: gathers this step's figures from every rank (one all_gather), rank 0 writes the
+metrics line; checkpoints every N steps and on SIGTERM (the stop flag travels in the same all_gather, so all
+ranks stop after the same step)."""
+from __future__ import annotations
+
+import signal
+import time
+
+import torch
+from transformers import TrainerCallback
+
+from .metrics import GIB, MemoryMeter, MetricsWriter, StepClock, flops_per_token
+
+STOP = {"requested": False, "signal": None}
+
+
+def install_stop_handler() -> None:
+    def on_term(signum, _frame):
+        STOP["requested"] = True
+        STOP["signal"] = signum
+
+    signal.signal(signal.SIGTERM, on_term)
+
+
+class StepMetricsCallback(TrainerCallback):
+    FIELDS = 8  # loss part, tokens, stop flag, step time, peak allocated, peak reserved, peak activations, targets
+
+    def __init__(self, trainer, *, writer: MetricsWriter | None, step_offset: int, stage_index: int, seq_len: int,
+                 model_config, peak_tflops: float | None, checkpoint_every: int, memory: MemoryMeter):
+        self.trainer = trainer
+        self.writer = writer
+        self.step_offset = step_offset
+        self.stage_index = stage_index
+        self.seq_len = seq_len
+        self.flops_per_token = flops_per_token(model_config, seq_len)
+        self.peak_tflops = peak_tflops
+        self.every = checkpoint_every
+        self.memory = memory
+        self.clock = StepClock()
+        self.stopped_by_signal = False
+        self.last_overhead = None
+        self.world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
+        self.rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+
+    def on_train_begin(self, args, state, control, **kw):
+        opt = self.trainer.optimizer
+        while opt is not None and not isinstance(opt, torch.optim.Optimizer):  # Accelerate / DeepSpeed wrappers
+            opt = getattr(opt, "optimizer", None)
+        self.memory.track(self.trainer.model, opt)
+        self._start()
+
+    def _start(self):
+        self.memory.begin_step()
+        self.clock.start()
+
+    def on_train_end(self, args, state, control, **kw):
+        self.memory.abort()
+
+    def on_substep_end(self, args, state, control, **kw):  # between micro-batches of one optimizer step
+        self.memory.next_micro_batch()
+
+    def on_step_end(self, args, state, control, **kw):
+        t_enter = time.perf_counter()
+        step_time = self.clock.elapsed()
+        mem = self.memory.end_step()
+        loss_part, tokens = self.trainer.take_step_figures()
+        mine = torch.tensor([loss_part, tokens, 1.0 if STOP["requested"] else 0.0, step_time,
+                             _num(mem["allocated"]), _num(mem["reserved"]), _num(mem["activations"]),
+                             self.trainer.step_targets], dtype=torch.float64)
+        if self.world > 1:
+            everyone = [torch.zeros_like(mine) for _ in range(self.world)]
+            torch.distributed.all_gather(everyone, mine)
+            table = torch.stack(everyone)
+        else:
+            table = mine.unsqueeze(0)
+        stop = bool(table[:, 2].max() > 0)
+        step = self.step_offset + state.global_step
+        if self.writer is not None:
+            rec = self._record(step, table, mem)
+            rec["metrics_overhead_s"] = self.last_overhead  # time the previous step spent in this callback
+            self.writer.write(rec)
+        if stop:
+            self.stopped_by_signal = True
+            control.should_save = True
+            control.should_training_stop = True
+        elif self.every and step % self.every == 0:
+            control.should_save = True
+        self.last_overhead = time.perf_counter() - t_enter
+        self._start()
+        return control
+
+    def _record(self, step: int, table: torch.Tensor, mem: dict) -> dict:
+        step_time = float(table[:, 3].max())  # the step ends when the slowest rank ends it
+        tokens = float(table[:, 1].sum())
+        tps = tokens / step_time if step_time > 0 else None
+        tflops = self.flops_per_token * tokens / self.world / step_time / 1e12 if step_time > 0 else None
+        rec = {
+            "step": step,
+            "loss": float(table[:, 0].sum()),
+            "lr": self.trainer.last_lr,
+            "grad_norm": self.trainer.last_grad_norm,
+            "tokens_per_s": tps,
+            "tokens_per_s_per_gpu": tps / self.world if tps is not None else None,
+            "step_time_s": step_time,
+            "tflops_per_gpu": tflops,
+            # MFU = achieved model FLOPs per second per device / peak dense FLOPs of that device, with model FLOPs
+            # per token = 6 * N_params + 12 * n_layers * hidden * seq_len (PaLM appendix B, nanoGPT estimate_mfu)
+            "mfu": (tflops / self.peak_tflops) if (tflops is not None and self.peak_tflops) else None,
+            "peak_allocated_gib": [_gib(v) for v in table[:, 4].tolist()],
+            "peak_activations_gib": [_gib(v) for v in table[:, 6].tolist()] if mem["activations"] is not None else None,
+            "memory_measure": self.memory.name,
+            "seq_len": self.seq_len,
+            "tokens": int(tokens),
+            "target_tokens": int(table[0, 7]),
+            "stage": self.stage_index,
+        }
+        if mem["reserved"] is not None:
+            rec["peak_reserved_gib"] = [_gib(v) for v in table[:, 5].tolist()]
+        return rec
+
+
+def _num(v) -> float:
+    return float("nan") if v is None else float(v)
+
+
+def _gib(v: float):
+    return None if v != v else round(v / GIB, 6)

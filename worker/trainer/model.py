@@ -1,0 +1,172 @@
+"""The model: a Hugging Face checkpoint (local directory or hub id) or an architecture built from `model.config`
+with random weights; plus the ALST switches that change the model's compute (TiledMLP, checkpoint offload)."""
+from __future__ import annotations
+
+import contextlib
+import math
+
+import torch
+
+TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def build_model(spec, attn_implementation: str, init_from: str | None = None):
+    """`init_from` (a directory saved by a previous stage) wins over `run.model_path` and `model.config`."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    dtype = TORCH_DTYPES[spec.dtype]
+    source = init_from or spec.model_path
+    if source is not None:
+        model = AutoModelForCausalLM.from_pretrained(source, attn_implementation=attn_implementation, dtype=dtype)
+    else:
+        cfg = dict(spec.model_config)
+        model_type = cfg.pop("model_type", "llama")
+        for k in ("architectures", "torch_dtype", "dtype", "transformers_version"):
+            cfg.pop(k, None)
+        config = AutoConfig.for_model(model_type, **cfg)
+        torch.manual_seed(spec.seed)  # the same random weights on every rank and in every run with this seed
+        model = AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation, dtype=dtype)
+    model.config.use_cache = False
+    if spec.tiled_mlp:
+        enable_tiled_mlp(model)
+    if spec.tiled_logits_loss:
+        enable_tiled_logits_loss(model, spec.zero_stage)
+    return model
+
+
+def enable_tiled_mlp(model) -> int:
+    """Route every gated MLP (gate/up/down projections) through DeepSpeed's `TiledMLP`: the MLP runs over
+    ceil(seqlen / hidden) sequence shards and is recomputed shard by shard in backward, so its
+    intermediate activations never exist for the whole sequence. Returns the number of MLPs patched."""
+    import types
+
+    from deepspeed.runtime.sequence_parallel.ulysses_sp import TiledMLP
+
+    def mlp_compute(self, x):
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+    def tiled_forward(self, x):
+        seqlen, hidden = x.shape[-2], x.shape[-1]
+        shards = torch.tensor(max(1, math.ceil(seqlen / hidden)), device=x.device)
+        if torch.distributed.is_initialized():  # every rank must use the same count (collectives inside ZeRO-3)
+            torch.distributed.all_reduce(shards, op=torch.distributed.ReduceOp.MAX)
+        params = [self.down_proj.weight, self.gate_proj.weight, self.up_proj.weight]
+        return TiledMLP.apply(mlp_compute, self, x, int(shards.item()), params)
+
+    n = 0
+    for module in model.modules():
+        if all(hasattr(module, a) for a in ("gate_proj", "up_proj", "down_proj", "act_fn")):
+            module.forward = types.MethodType(tiled_forward, module)
+            n += 1
+    if n == 0:
+        raise ValueError("training.tiled_mlp: this model has no gated MLP (gate_proj/up_proj/down_proj) to tile")
+    return n
+
+
+def checkpoint_offload_context(enabled: bool):
+    """DeepSpeed's `CheckpointHiddenStatesOffload`: the hidden states saved at each checkpointed layer's input
+    go to (pinned) CPU memory until backward needs them. Needs activation checkpointing."""
+    if not enabled:
+        return contextlib.nullcontext()
+    from deepspeed.runtime.activation_checkpointing.offload_activations import CheckpointHiddenStatesOffload
+
+    cuda = torch.cuda.is_available()
+    return CheckpointHiddenStatesOffload(use_pin_memory=cuda, use_streams=cuda)
+
+
+class TiledLossHead(torch.nn.Module):
+    """Stands in for the model's lm_head when `tiled_logits_loss` is on: given the final hidden states it returns
+    the token-loss sum (times `scale`) as a [1, 1, 1] "logits" tensor, computing logits one sequence shard at a
+    time (about hidden-size tokens per shard), never for the whole sequence.
+
+    It runs inside the model's forward and calls the real lm_head as a submodule, like DeepSpeed's TiledMLP does,
+    so ZeRO-3 gathers the partitioned weight through its module hooks (calling the head from outside the
+    engine's forward gave wrong lm_head gradients under ZeRO-3 + Ulysses: the loss drifted from the untiled run).
+    ZeRO 0-2: DeepSpeed's `TiledFusedLogitsLoss` (backward shard by shard inside forward, no recompute).
+    ZeRO-3: DeepSpeed's `sequence_tiled_compute` (no-grad forward, recompute per shard in backward).
+    """
+
+    def __init__(self, head: torch.nn.Module, zero_stage: int):
+        super().__init__()
+        self.head = head
+        self.zero_stage = zero_stage
+        self.labels = None
+        self.scale = 1.0
+
+    @property
+    def weight(self):  # tied-embedding code paths look for lm_head.weight
+        return self.head.weight
+
+    def forward(self, hidden):
+        if self.labels is None:  # generation / evaluation: a plain head
+            return self.head(hidden)
+        from deepspeed.runtime.sequence_parallel.ulysses_sp import TiledFusedLogitsLoss, sequence_tiled_compute
+
+        labels, scale, head = self.labels, self.scale, self.head
+        bs, seqlen = hidden.shape[:2]
+        shards = max(1, math.ceil(bs * seqlen / max(1, hidden.shape[-1])))
+        if torch.distributed.is_initialized():
+            t = torch.tensor(shards, device=hidden.device)
+            torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+            shards = int(t.item())
+
+        def shard_loss(hidden, labels):
+            logits = head(hidden).float()
+            return torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), labels.reshape(-1),
+                                                     ignore_index=-100, reduction="sum") * scale
+
+        if self.zero_stage == 3:
+            shards = min(shards, seqlen)
+            while shards > 1 and math.ceil(seqlen / shards) * (shards - 1) >= seqlen:
+                shards -= 1  # every shard non-empty
+            loss = sequence_tiled_compute(shard_loss, seqlen, shards, {"hidden": hidden, "labels": labels}, {},
+                                          "hidden", compute_params=[head.weight], output_unshard_dimension=0,
+                                          output_reduction="sum")
+        else:
+            n = bs * seqlen
+            shards = min(shards, n)
+            while n % shards:  # torch.chunk must give exactly `shards` pieces
+                shards -= 1
+            loss = TiledFusedLogitsLoss.apply(lambda _self, x, y: shard_loss(x, y), head, hidden, labels, None,
+                                              shards, [head.weight], "sum")
+        return loss.reshape(1, 1, 1)
+
+
+def enable_tiled_logits_loss(model, zero_stage: int) -> TiledLossHead:
+    wrapper = TiledLossHead(model.get_output_embeddings(), zero_stage)
+    model.set_output_embeddings(wrapper)
+    return wrapper
+
+
+def register_document_aware_sdpa() -> None:
+    """Make "sdpa" respect packed-document boundaries when no mask is given (the Ulysses path).
+
+    Ulysses drops the model's attention mask (it was built for the local shard) and calls the core attention
+    with the gathered full-sequence position_ids. flash_attention_2/3 turn those into varlen boundaries, but
+    sdpa would fall back to plain causal attention across documents, unlike the single-process run whose mask
+    Transformers builds from the packed position_ids. This wrapper builds that block-causal mask (documents start
+    where position_ids restart at 0) from the gathered position_ids. Without a restart it stays `is_causal`.
+    The mask is O(seq^2) booleans: for long packed sequences use flash attention on GPU.
+    Idempotent; call before Accelerate registers Ulysses (which wraps whatever "sdpa" is at that time).
+    """
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    inner = ALL_ATTENTION_FUNCTIONS["sdpa"]
+    if getattr(inner, "_ulab_document_aware", False):
+        return
+
+    def sdpa_with_documents(module, query, key, value, attention_mask, *args, **kwargs):
+        pos = kwargs.get("position_ids")
+        if attention_mask is None and pos is not None and query.shape[2] > 1 and pos.shape[-1] == query.shape[2]:
+            restarts = pos[..., 1:] == 0
+            if bool(restarts.any()):
+                doc = torch.cumsum(torch.nn.functional.pad(restarts.long(), (1, 0)), dim=-1)  # [b, s]
+                s = pos.shape[-1]
+                causal = torch.ones(s, s, dtype=torch.bool, device=query.device).tril()
+                attention_mask = (doc[:, :, None] == doc[:, None, :]) & causal  # [b, s, s]
+                attention_mask = attention_mask[:, None, :, :]
+                kwargs["is_causal"] = False
+        return inner(module, query, key, value, attention_mask, *args, **kwargs)
+
+    sdpa_with_documents._ulab_document_aware = True
+    ALL_ATTENTION_FUNCTIONS["sdpa"] = sdpa_with_documents

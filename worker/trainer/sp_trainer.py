@@ -1,0 +1,131 @@
+"""`UlyssesTrainer`: the Transformers Trainer with a token-normalized loss and per-step bookkeeping.
+
+Loss. One optimizer step covers grad_accum micro-batches on every data-parallel rank, and under Ulysses SP each
+micro-batch is split along the sequence over the SP group. The loss of the step is
+    L = sum of token cross-entropies over the whole step / N,   N = number of target tokens in the whole step
+(labels != -100 after the causal shift), the same whatever the layout (DP, SP, GAS). `_get_num_items_in_batch`
+counts N once per step with one all-reduce over the world; each rank then back-propagates
+    dp * (its own token-loss sum) / N
+because DeepSpeed sums the gradients of all sp*dp ranks and divides by dp (ZeRO's reduction divides by
+world / sequence_parallel_size: stage_1_and_2.py, stage3.py). Ulysses shards are disjoint, so the sum over
+ranks of the per-rank sums is the sum over the step. `loss_is_scaled_for_ga` tells the Trainer not to divide
+again. The reported loss is the all-reduced sum of (token-loss sum / N) over ranks: exactly L.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.utils.data import Dataset, SequentialSampler
+from transformers import Trainer
+
+from .model import checkpoint_offload_context
+
+
+class PackedRows(Dataset):
+    """The packed rows of one stage seen from sample `offset` on, cycling: item i is row (offset + i) % rows."""
+
+    def __init__(self, rows: dict, offset: int, length: int):
+        self.rows = {k: torch.from_numpy(v) for k, v in rows.items()}
+        self.n = self.rows["input_ids"].shape[0]
+        self.offset, self.length = offset, length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, i: int) -> dict:
+        r = (self.offset + i) % self.n
+        return {k: v[r] for k, v in self.rows.items()}
+
+
+class UlyssesTrainer(Trainer):
+    loss_is_scaled_for_ga = True
+
+    def __init__(self, *args, sp_size: int = 1, zero_stage: int = 0, tiled_logits: bool = False, checkpoint_offload: bool = False,
+                 **kwargs):
+        super().__init__(*args, **kwargs)
+        self.tiled_logits = tiled_logits
+        self.zero_stage = zero_stage
+        self.checkpoint_offload = checkpoint_offload
+        self.world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
+        self.dp = self.world // max(1, sp_size)
+        # ZeRO-3 hands Ulysses gradients back at 1/sp of what ZeRO-1/2 (and one process) give: measured, the grad
+        # norm it reports is exactly 1/sp with identical losses. Scaling the backward by sp makes the reported
+        # norm, and so gradient clipping, agree across ZeRO stages; Adam's update does not depend on the scale.
+        self.grad_factor = sp_size if (zero_stage == 3 and sp_size > 1) else 1
+        self._scale = 1.0
+        self.step_loss = torch.zeros((), dtype=torch.float64)  # this rank's share of the step's loss
+        self.step_tokens = 0  # input tokens this rank processed in the step (its shards)
+        self.step_targets = 0  # N of the step (whole world)
+        self.last_grad_norm = None
+        self.last_lr = None
+
+    # data: in order, so a step sees the same rows whatever the layout (the shuffle, if any, is in the data)
+    def _get_train_sampler(self, train_dataset=None):
+        return SequentialSampler(train_dataset if train_dataset is not None else self.train_dataset)
+
+    def _get_num_items_in_batch(self, batch_samples, device):
+        n = 0
+        for b in batch_samples:
+            if "shift_labels" in b:  # Ulysses SP adapter: already shifted and sharded
+                n += int((b["shift_labels"] != -100).sum())
+            else:
+                n += int((b["labels"][..., 1:] != -100).sum())
+        t = torch.tensor([n], dtype=torch.int64, device=device)
+        if torch.distributed.is_initialized():
+            torch.distributed.all_reduce(t)
+        total = int(t.item())
+        if total == 0:
+            raise RuntimeError("a training step has no target tokens (all labels are -100)")
+        self._scale = self.dp * self.grad_factor / total
+        self.step_targets = total
+        return total
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        inputs = dict(inputs)
+        shift_labels = inputs.pop("shift_labels", None)
+        labels = inputs.pop("labels", None)
+        if shift_labels is None:
+            shift_labels = torch.nn.functional.pad(labels[..., 1:], (0, 1), value=-100)
+        shift_labels = shift_labels.to(inputs["input_ids"].device)
+        self.step_tokens += inputs["input_ids"].numel()
+        fwd = {"input_ids": inputs["input_ids"], "position_ids": inputs["position_ids"]}
+        if self.tiled_logits:  # the model's lm_head is a TiledLossHead: it returns the scaled loss sum
+            head = (model.module if hasattr(model, "module") else model).get_output_embeddings()
+            head.labels, head.scale = shift_labels, self._scale
+            try:
+                outputs = model(**fwd, use_cache=False)
+            finally:
+                head.labels = None
+            loss = outputs.logits.reshape(())
+        else:
+            outputs = model(**fwd, use_cache=False)
+            logits = outputs.logits.float()
+            loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), shift_labels.view(-1),
+                                                     ignore_index=-100, reduction="sum") * self._scale
+        self.step_loss += loss.detach().double().cpu() / (self.dp * self.grad_factor)
+        return (loss, outputs) if return_outputs else loss
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        with checkpoint_offload_context(self.checkpoint_offload):
+            return super().training_step(model, inputs, num_items_in_batch)
+
+    def _get_grad_norm(self, model, grad_norm=None):
+        g = super()._get_grad_norm(model, grad_norm=grad_norm)
+        self.last_grad_norm = float(g) if g is not None else None
+        return g
+
+    def _get_learning_rate(self):
+        lr = super()._get_learning_rate()
+        self.last_lr = float(lr)
+        return lr
+
+    def take_step_figures(self) -> tuple[float, int]:
+        loss, tokens = float(self.step_loss), self.step_tokens
+        self.step_loss.zero_()
+        self.step_tokens = 0
+        return loss, tokens
+
+
+def finite_or_none(x):
+    return x if (x is not None and math.isfinite(x)) else None

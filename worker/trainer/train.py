@@ -1,0 +1,252 @@
+"""One rank of a run: distributed set-up, then each stage (progressive context extension) as a Transformers
+Trainer with Accelerate `ParallelismConfig(sp_backend="deepspeed")` and the generated DeepSpeed config.
+
+Layout of RUN_DIR:
+  metrics.jsonl                       one line per optimizer step (rank 0)
+  data/stage{i}.npz                   packed rows per stage (written by the CLI before the ranks start)
+  checkpoints/stage{i}/checkpoint-K   Trainer + DeepSpeed checkpoints (K counts inside the stage; last K kept)
+  stages/stage{i}/                    the model at the end of stage i (stage i+1 starts from it)
+  error.txt, error.json               the failure reason (one line) when a rank fails
+"""
+from __future__ import annotations
+
+import gc
+import json
+import os
+import re
+import shutil
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+from .callbacks import STOP, StepMetricsCallback, install_stop_handler
+from .data import load_stage_rows
+from .launch_config import deepspeed_config
+from .metrics import MemoryMeter, MetricsWriter, peak_tflops, truncate_after
+from .model import TiledLossHead, build_model, register_document_aware_sdpa
+
+EXIT_OK, EXIT_FAILED, EXIT_OOM, EXIT_PREEMPTED = 0, 1, 3, 75
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def setup_distributed() -> tuple[int, int, str]:
+    """(rank, world, device type). A single process without torchrun becomes a world of one."""
+    if "LOCAL_RANK" not in os.environ:
+        os.environ.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
+                           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())})
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    else:
+        # share the cores between the ranks of this node instead of oversubscribing them
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
+    import deepspeed
+
+    # on CPU, Accelerate's SP set-up asserts unless DeepSpeed's comm is up before the Trainer is built
+    deepspeed.comm.init_distributed(dist_backend="nccl" if cuda else "gloo")
+    return torch.distributed.get_rank(), torch.distributed.get_world_size(), "cuda" if cuda else "cpu"
+
+
+def latest_checkpoint(run_dir: Path):
+    """(stage index, checkpoint dir, steps done inside the stage) of the newest complete checkpoint, or None."""
+    best = None
+    for state in Path(run_dir).glob("checkpoints/stage*/checkpoint-*/trainer_state.json"):
+        ck = state.parent
+        stage = int(re.search(r"stage(\d+)", ck.parent.name).group(1))
+        k = int(ck.name.rsplit("-", 1)[1])
+        if best is None or (stage, k) > best[0]:
+            best = ((stage, k), ck)
+    if best is None:
+        return None
+    (stage, k), ck = best
+    return stage, ck, k
+
+
+class _Attention:
+    """Ulysses replaces the core attention entry; restore it before the next stage registers again."""
+
+    def __init__(self, name: str):
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+        self.name, self.table = name, ALL_ATTENTION_FUNCTIONS
+        self.original = ALL_ATTENTION_FUNCTIONS[name]
+
+    def reset(self) -> None:
+        self.table[self.name] = self.original
+        from deepspeed.runtime.sequence_parallel import parallel_state_sp
+        from deepspeed.utils import groups
+
+        parallel_state_sp._release_sequence_parallel_groups()
+        for attr in ("_SEQUENCE_PARALLEL_GROUP", "_SEQUENCE_DATA_PARALLEL_GROUP"):
+            if hasattr(groups, attr):
+                setattr(groups, attr, None)
+
+
+def run_stage(spec, run_dir: Path, stage_index: int, *, resume_from: Path | None, steps_done: int,
+              attn: str, writer, rank: int):
+    """Train one stage; returns the callback (which knows whether SIGTERM stopped it)."""
+    from accelerate.parallelism_config import ParallelismConfig
+    from accelerate.utils import DeepSpeedSequenceParallelConfig
+    from transformers import TrainingArguments, default_data_collator
+
+    from .sp_trainer import PackedRows, UlyssesTrainer
+
+    stage = spec.stages[stage_index]
+    step_offset = sum(s.steps for s in spec.stages[:stage_index])
+    init_from = str(Path(run_dir) / "stages" / f"stage{stage_index - 1}") if stage_index > 0 else None
+    pc = None
+    if spec.sp_size > 1:
+        pc = ParallelismConfig(sp_backend="deepspeed", sp_size=spec.sp_size, dp_shard_size=1,
+                               sp_handler=DeepSpeedSequenceParallelConfig(
+                                   sp_seq_length=stage.seq_len, sp_seq_length_is_variable=True,
+                                   sp_attn_implementation=attn))
+    samples_per_step = spec.micro_batch_size * spec.grad_accum * spec.dp_size
+    length = stage.steps * samples_per_step
+    unit = spec.world_size * spec.micro_batch_size
+    length = -(-length // unit) * unit
+    rows = load_stage_rows(run_dir, stage_index)
+    dataset = PackedRows(rows, offset=(step_offset + steps_done) * samples_per_step, length=length)
+    # random weights are drawn before the DeepSpeed config exists, so ZeRO-3's zero.Init does not partition them
+    # at creation (which would draw different numbers per layout); checkpoints load under zero.Init
+    model = build_model(spec, attn) if init_from is None and spec.model_path is None else None
+    ds_cfg = deepspeed_config(spec.plan)
+    out_dir = Path(run_dir) / "checkpoints" / f"stage{stage_index}"
+    args = TrainingArguments(
+        output_dir=str(out_dir), per_device_train_batch_size=spec.micro_batch_size,
+        gradient_accumulation_steps=spec.grad_accum, max_steps=stage.steps, learning_rate=stage.learning_rate,
+        lr_scheduler_type=stage.lr_scheduler, warmup_steps=stage.warmup_steps, weight_decay=spec.weight_decay,
+        max_grad_norm=spec.max_grad_norm, bf16=spec.dtype == "bf16", fp16=spec.dtype == "fp16",
+        deepspeed=ds_cfg, parallelism_config=pc, seed=spec.seed, data_seed=spec.seed,
+        gradient_checkpointing=spec.activation_checkpointing,
+        gradient_checkpointing_kwargs={"use_reentrant": False} if spec.activation_checkpointing else None,
+        save_strategy="no", save_total_limit=spec.keep_checkpoints, logging_strategy="no", report_to="none",
+        disable_tqdm=True, ignore_data_skip=True, dataloader_num_workers=0, remove_unused_columns=False,
+        use_cpu=not torch.cuda.is_available(), ddp_backend=None,
+    )
+    if model is None:
+        model = build_model(spec, attn, init_from=init_from)
+    trainer = UlyssesTrainer(model=model, args=args, train_dataset=dataset, data_collator=default_data_collator,
+                             sp_size=spec.sp_size, zero_stage=spec.zero_stage,
+                             tiled_logits=spec.tiled_logits_loss, checkpoint_offload=spec.checkpoint_offload)
+    cb = StepMetricsCallback(trainer, writer=writer, step_offset=step_offset, stage_index=stage_index,
+                             seq_len=stage.seq_len, model_config=model.config, peak_tflops=peak_tflops(spec.plan),
+                             checkpoint_every=spec.checkpoint_every, memory=MemoryMeter(spec.plan.get("run", {})
+                                                                                       .get("track_memory", True)))
+    if os.environ.get("ULAB_TRAINER_BARE") != "1":  # bench/trainer_overhead.py measures the loop without it
+        trainer.add_callback(cb)
+    t0 = time.perf_counter()
+    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    if rank == 0:
+        with open(Path(run_dir) / "stage_timings.jsonl", "a") as f:
+            f.write(json.dumps({"stage": stage_index, "steps": trainer.state.global_step - (steps_done if resume_from
+                                else 0), "train_s": time.perf_counter() - t0}) + "\n")
+    head = model.get_output_embeddings()
+    if isinstance(head, TiledLossHead):  # save a plain model (stage i+1 and users load it as such)
+        model.set_output_embeddings(head.head)
+    if not cb.stopped_by_signal:
+        trainer.save_model(str(Path(run_dir) / "stages" / f"stage{stage_index}"))
+    trainer.accelerator.free_memory()
+    engine = getattr(trainer, "model_wrapped", None)
+    if hasattr(engine, "destroy"):
+        engine.destroy()
+    del trainer, model, engine
+    gc.collect()
+    return cb
+
+
+def train_this_rank(spec, run_dir: Path, resume: bool) -> int:
+    run_dir = Path(run_dir)
+    rank = int(os.environ.get("RANK", "0"))
+    install_stop_handler()
+    try:
+        rank, world, device = setup_distributed()
+        if world != spec.world_size:
+            raise RuntimeError(f"the plan needs {spec.world_size} ranks (sp_size*dp_size) but torchrun started {world}")
+        attn = spec.attn_implementation if device == "cuda" else "sdpa"
+        start_stage, resume_from, steps_done = 0, None, 0
+        if resume:
+            found = latest_checkpoint(run_dir)
+            if found is None:
+                raise RuntimeError(f"--resume: no checkpoint under {run_dir / 'checkpoints'}")
+            start_stage, resume_from, steps_done = found
+        writer = None
+        if rank == 0:
+            metrics = run_dir / "metrics.jsonl"
+            if resume:
+                truncate_after(metrics, sum(s.steps for s in spec.stages[:start_stage]) + steps_done)
+            elif metrics.exists():
+                metrics.unlink()
+            writer = MetricsWriter(metrics)
+        if attn == "sdpa" and spec.sp_size > 1:
+            register_document_aware_sdpa()
+        attention = _Attention(attn)
+        for i in range(start_stage, len(spec.stages)):
+            if i > start_stage:
+                attention.reset()
+            cb = run_stage(spec, run_dir, i, resume_from=resume_from if i == start_stage else None,
+                           steps_done=steps_done if i == start_stage else 0, attn=attn, writer=writer, rank=rank)
+            if cb.stopped_by_signal:
+                return _fail(run_dir, rank, f"preempted: signal {STOP['signal']} on rank {rank}; checkpoint saved, "
+                                            f"continue with --resume", EXIT_PREEMPTED, quiet_trace=True)
+            if rank == 0 and i > 0:  # the previous stage's checkpoints are superseded by its final model
+                shutil.rmtree(run_dir / "checkpoints" / f"stage{i - 1}", ignore_errors=True)
+            torch.distributed.barrier()
+        if writer is not None:
+            writer.close()
+        torch.distributed.barrier()
+        return EXIT_OK
+    except torch.OutOfMemoryError as e:
+        return _oom(run_dir, rank, e)
+    except RuntimeError as e:
+        if "out of memory" in str(e) or "can't allocate memory" in str(e):
+            return _oom(run_dir, rank, e)
+        return _fail(run_dir, rank, f"rank {rank}: {type(e).__name__}: {_first_line(e)}", EXIT_FAILED)
+    except Exception as e:  # noqa: BLE001 - every failure ends with one line
+        return _fail(run_dir, rank, f"rank {rank}: {type(e).__name__}: {_first_line(e)}", EXIT_FAILED)
+    finally:
+        try:
+            if torch.distributed.is_initialized():
+                torch.distributed.destroy_process_group()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _first_line(e: BaseException) -> str:
+    s = str(e).strip()
+    return s.splitlines()[0] if s else repr(e)
+
+
+_UNITS = {"GiB": 1024**3, "MiB": 1024**2, "KiB": 1024, "GB": 1e9, "MB": 1e6, "bytes": 1, "B": 1}
+
+
+def _oom(run_dir: Path, rank: int, e: BaseException) -> int:
+    """One line `out of memory on rank R: tried to allocate X GiB` and RUN_DIR/error.json {"kind": "oom", ...}."""
+    m = re.search(r"allocate\s+([\d.]+)\s*(GiB|MiB|KiB|GB|MB|bytes|B)\b", str(e), re.IGNORECASE)
+    gib = float(m.group(1)) * _UNITS.get(m.group(2), 1) / 1024**3 if m else None
+    size = f": tried to allocate {gib:.2f} GiB" if gib is not None else ""
+    line = f"out of memory on rank {rank}{size} ({type(e).__name__})"
+    (Path(run_dir) / "error.json").write_text(json.dumps({"kind": "oom", "rank": rank, "requested_gib": gib,
+                                                          "message": _first_line(e)}))
+    return _fail(run_dir, rank, line, EXIT_OOM)
+
+
+def _fail(run_dir: Path, rank: int, line: str, code: int, quiet_trace: bool = False) -> int:
+    if not quiet_trace:
+        traceback.print_exc(file=sys.stderr)
+    try:
+        with open(Path(run_dir) / "error.txt", "a") as f:
+            f.write(line + "\n")
+    except OSError:
+        pass
+    print(line, file=sys.stderr, flush=True)
+    return code
