@@ -7,6 +7,7 @@ import logging
 import os
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -162,18 +163,46 @@ def launch(run: Run, settings, node_rank: int, rdzv_endpoint: str | None):
     return proc, run_dir, log_path
 
 
-def watch(proc, shipper: MetricShipper, must_stop, settings) -> tuple[int, bool]:
-    """Ship metrics and heartbeat until the trainer exits; stop its group when `must_stop()` says so.
-    Answers (exit code, whether it was stopped)."""
-    stopped, last_beat = False, 0.0
+class Heartbeat:
+    """Calls `beat()` every `every_s` seconds in its own thread, so nothing on the watch loop (a slow or absent
+    API while shipping metrics, the grace period of a stop) can delay it past the reaper's limit.
+    `beat()` answers whether the run must stop; `stop_requested` is set the first time it says so."""
+
+    def __init__(self, beat, every_s: float):
+        self.beat, self.every_s = beat, every_s
+        self.stop_requested = threading.Event()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="heartbeat", daemon=True)
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                if self.beat():
+                    self.stop_requested.set()
+            except Exception:  # the database may be briefly away: keep beating, the next round may get through
+                log.exception("heartbeat failed")
+            if self._done.wait(self.every_s):
+                return
+
+    def __enter__(self) -> "Heartbeat":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        self._thread.join(timeout=30)
+
+
+def watch(proc, shipper: MetricShipper, beat: Heartbeat, settings) -> tuple[int, bool]:
+    """Ship metrics until the trainer exits; stop the trainer's group when the heartbeat learns the run must
+    stop. Answers (exit code, whether it was stopped)."""
+    stopped = False
     try:
         while proc.poll() is None:
             shipper.ship()
-            if time.monotonic() - last_beat >= settings.heartbeat_s:
-                last_beat = time.monotonic()
-                if must_stop() and not stopped:
-                    stopped = True
-                    stop_group(proc, settings.cancel_grace_s)
+            if beat.stop_requested.is_set() and not stopped:
+                stopped = True
+                stop_group(proc, settings.cancel_grace_s)
             time.sleep(TICK_S)
         return proc.returncode, stopped
     except BaseException:
@@ -191,11 +220,13 @@ def supervise(run: Run, settings) -> str:
     proc, run_dir, log_path = launch(run, settings, 0, endpoint)
     set_state(run.id, run.attempt, RunState.RUNNING, run_dir=str(run_dir))
     shipper = MetricShipper(run_dir / "metrics.jsonl", settings.api_url, run.id, worker_token())
-    try:
-        code, stopped = watch(proc, shipper, lambda: heartbeat(run.id, run.attempt, shipper.last_step), settings)
-    finally:
-        shipped = shipper.drain(deadline_s=60.0)
-        shipper.close()
+    # the heartbeat also covers the drain: the API may still be away when the trainer exits
+    with Heartbeat(lambda: heartbeat(run.id, run.attempt, shipper.last_step), settings.heartbeat_s) as beat:
+        try:
+            code, stopped = watch(proc, shipper, beat, settings)
+        finally:
+            shipped = shipper.drain(deadline_s=60.0)
+            shipper.close()
     log_tail = tail(log_path, LOG_TAIL_LINES)
     state = exit_state(code, stopped, log_tail)
     reason = None if state == RunState.SUCCEEDED else (
@@ -221,11 +252,12 @@ def supervise_node(run: Run, node_rank: int, settings) -> str:
     proc, run_dir, _ = launch(run, settings, node_rank, endpoint)
     # c10d may place global rank 0 (the metrics writer) on any node: every node ships what it finds.
     shipper = MetricShipper(run_dir / "metrics.jsonl", settings.api_url, run.id, worker_token())
-    try:
-        code, _ = watch(proc, shipper, lambda: gang.node_heartbeat(run.id, run.attempt, node_rank), settings)
-    finally:
-        shipper.drain(deadline_s=60.0)
-        shipper.close()
+    with Heartbeat(lambda: gang.node_heartbeat(run.id, run.attempt, node_rank), settings.heartbeat_s) as beat:
+        try:
+            code, _ = watch(proc, shipper, beat, settings)
+        finally:
+            shipper.drain(deadline_s=60.0)
+            shipper.close()
     gang.record_node_exit(run.id, run.attempt, node_rank, code)
     log.info("run %s node %s: exit code %s", run.id, node_rank, code)
     return f"node exit {code}"

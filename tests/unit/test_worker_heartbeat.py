@@ -1,0 +1,37 @@
+"""The worker's heartbeat runs in its own thread: a watch loop blocked on the API (metric shipping, the drain
+after the trainer exits) must not starve it, a failing beat must not end it, and a stop request reaches the
+loop."""
+import threading
+import time
+
+from worker.tasks import Heartbeat
+
+
+def test_beats_while_the_caller_is_blocked():
+    beats = []
+    with Heartbeat(lambda: beats.append(time.monotonic()) or False, every_s=0.05):
+        time.sleep(0.6)  # the watch loop stuck in a slow POST
+    assert len(beats) >= 6
+    gaps = [b - a for a, b in zip(beats, beats[1:])]
+    assert max(gaps) < 0.3
+
+
+def test_a_failing_beat_is_retried_and_a_stop_request_is_kept():
+    calls = []
+
+    def beat():
+        calls.append(1)
+        if len(calls) <= 2:
+            raise ConnectionError("database away")
+        return len(calls) >= 4  # then the run is cancelled
+
+    with Heartbeat(beat, every_s=0.02) as hb:
+        assert hb.stop_requested.wait(2.0)
+    assert len(calls) >= 4
+
+
+def test_the_thread_ends_with_the_block():
+    with Heartbeat(lambda: False, every_s=10.0) as hb:
+        pass
+    assert not hb._thread.is_alive()
+    assert not any(t.name == "heartbeat" and t.is_alive() for t in threading.enumerate())
