@@ -35,7 +35,7 @@ def create_app() -> FastAPI:
     app.include_router(metrics_router)
 
     @app.get("/api/health", tags=["meta"])
-    def health() -> dict:
+    async def health() -> dict:
         return {"ok": True}
 
     dist = get_settings().frontend_dist

@@ -4,6 +4,7 @@ from __future__ import annotations
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DataError
 
 from backend.runs.states import IllegalTransition
 
@@ -44,3 +45,11 @@ def install_error_handlers(app: FastAPI) -> None:
         detail = [{"field": _field_of(tuple(e.get("loc", ()))), "message": e.get("msg", "invalid")}
                   for e in exc.errors()]
         return JSONResponse({"detail": detail}, status_code=422)
+
+    @app.exception_handler(DataError)
+    async def _unstorable(_: Request, exc: DataError) -> JSONResponse:
+        # A value the schemas let through but PostgreSQL refuses (a NUL character in a query parameter, say):
+        # the request is at fault, not the server.
+        reason = str(getattr(exc, "orig", exc)).splitlines()[0]
+        return JSONResponse({"detail": [{"field": "request", "message": f"the database refuses a value of this "
+                                                                        f"request: {reason}"}]}, status_code=422)

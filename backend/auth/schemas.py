@@ -2,9 +2,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from typing import Annotated
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from backend.auth.roles import Role
+from backend.core.text import NoControlChars
 
 
 class SignIn(BaseModel):
@@ -18,7 +21,7 @@ class Identity(BaseModel):
 
 
 class TokenCreate(BaseModel):
-    name: str = Field(min_length=1, max_length=200)
+    name: Annotated[str, NoControlChars] = Field(min_length=1, max_length=200)
     role: Role
 
 

@@ -51,13 +51,19 @@ _verified: dict[str, tuple[Principal, float]] = {}
 _verified_lock = threading.Lock()
 
 
-def verify(session: Session, token: str) -> Principal | None:
+def cached_principal(token: str) -> Principal | None:
+    """The principal of a token verified in the last VERIFIED_TTL_S seconds, without a database round trip."""
     digest = hash_token(token)
-    now = time.monotonic()
     with _verified_lock:
         hit = _verified.get(digest)
-    if hit and hit[1] > now:
-        return hit[0]
+    return hit[0] if hit and hit[1] > time.monotonic() else None
+
+
+def verify(session: Session, token: str) -> Principal | None:
+    principal = cached_principal(token)
+    if principal is not None:
+        return principal
+    digest = hash_token(token)
     row = session.scalar(select(ApiToken).where(ApiToken.token_hash == digest, ApiToken.revoked_at.is_(None)))
     if row is None:
         return None
@@ -65,7 +71,7 @@ def verify(session: Session, token: str) -> Principal | None:
     with _verified_lock:
         if len(_verified) > 10_000:  # bounded: forget everything rather than grow
             _verified.clear()
-        _verified[digest] = (principal, now + VERIFIED_TTL_S)
+        _verified[digest] = (principal, time.monotonic() + VERIFIED_TTL_S)
     return principal
 
 

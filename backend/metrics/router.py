@@ -13,7 +13,7 @@ from backend.metrics import chart, service
 from backend.metrics.models import MetricPoint
 from backend.metrics.schemas import Accepted, MetricQueryOut, PointsIn
 from backend.runs.schemas import RunOut
-from backend.runs.service import get_run
+from backend.runs.service import get_run, require_run
 from backend.runs.states import TERMINAL, RunState
 
 router = APIRouter(prefix="/api/runs/{run_id}", tags=["metrics"])
@@ -23,13 +23,13 @@ POLL_S = 0.25  # how often the stream looks for new rows; a point reaches the pa
 @router.post("/metrics")
 def ingest(run_id: RowId, body: PointsIn, session: SessionDep, _: Ingester) -> Accepted:
     """Store a batch of points; idempotent on (run, rank, step, name), so the worker may resend."""
-    get_run(session, run_id)
+    require_run(session, run_id)
     return Accepted(accepted=service.ingest(session, run_id, body.points))
 
 
 @router.get("/metrics/names")
 def metric_names(run_id: RowId, session: SessionDep, _: Reader) -> list[str]:
-    get_run(session, run_id)
+    require_run(session, run_id)
     return service.names(session, run_id)
 
 
@@ -38,7 +38,7 @@ def query(run_id: RowId, session: SessionDep, _: Reader, name: str = Query(..., 
           start: int | None = Query(None, ge=0, le=2**31 - 1), end: int | None = Query(None, ge=0, le=2**31 - 1),
           points: int = Query(1000, ge=1, le=10_000)) -> MetricQueryOut:
     """At most `points` buckets per rank over the step range, each with min, max and last."""
-    get_run(session, run_id)
+    require_run(session, run_id)
     return chart.query(session, run_id, name, start, end, points)
 
 

@@ -2,13 +2,17 @@ from __future__ import annotations
 
 import math
 
+from typing import Annotated
+
 from pydantic import BaseModel, Field, field_validator
+
+from backend.core.text import NoControlChars
 
 
 class PointIn(BaseModel):
     rank: int = Field(0, ge=0, le=1_000_000)
     step: int = Field(ge=0, le=2**31 - 1)
-    name: str = Field(min_length=1, max_length=64)
+    name: Annotated[str, NoControlChars] = Field(min_length=1, max_length=64)
     value: float
     wall_time: float = Field(0.0, ge=0, le=1e11)
 

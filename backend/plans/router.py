@@ -16,8 +16,9 @@ def catalog(_: Reader) -> dict:
 
 
 @router.post("/estimate")
-def estimate(plan: PlanSpec, _: Reader) -> dict:
+async def estimate(plan: PlanSpec, _: Reader) -> dict:
     """Per-GPU memory and throughput for a plan; an invalid plan answers `valid: false` with its errors."""
+    # computed on the event loop: an estimate takes about 0.1 ms, less than a thread-pool hop
     return planner.estimate(plan.as_dict())
 
 

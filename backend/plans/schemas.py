@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from backend.core.text import NoControlChars
 
 
 class _Open(BaseModel):
@@ -23,7 +25,7 @@ class ModelSpec(_Open):
 
 
 class CustomGpu(_Open):
-    name: str = Field(max_length=100)
+    name: Annotated[str, NoControlChars] = Field(max_length=100)
     memory_gib: float = Field(gt=0, le=10_000)
     hbm_tb_per_s: float = Field(gt=0)
     bf16_dense_tflops: float = Field(gt=0)
@@ -69,7 +71,7 @@ class PlanSpec(_Open):
 
 
 class PlanCreate(PlanSpec):
-    name: str = Field("", max_length=200)
+    name: Annotated[str, NoControlChars] = Field("", max_length=200)
 
 
 class SweepRequest(BaseModel):

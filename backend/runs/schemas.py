@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from backend.core.text import NoControlChars
 
 
 class DataSpec(BaseModel):
@@ -37,7 +39,7 @@ class RunSection(BaseModel):
 
 class RunCreate(BaseModel):
     plan_id: int = Field(ge=1, le=2**31 - 1)
-    name: str = Field("", max_length=200)
+    name: Annotated[str, NoControlChars] = Field("", max_length=200)
     priority: int = Field(0, ge=0, le=9)
     max_retries: int = Field(0, ge=0, le=10, description="Automatic resumed attempts after the run is lost.")
     run: RunSection

@@ -32,6 +32,12 @@ def get_run(session: Session, run_id: int) -> Run:
     return run
 
 
+def require_run(session: Session, run_id: int) -> None:
+    """404 unless the run exists; reads its key only (the metric routes need no more)."""
+    if session.scalar(select(Run.id).where(Run.id == run_id)) is None:
+        raise NotFound("run", run_id)
+
+
 def create_run(session: Session, body: RunCreate, by: Principal) -> Run:
     plan = get_plan(session, body.plan_id)
     spec = check_run_spec({**plan.spec, "run": body.run.model_dump(mode="json", exclude_none=True)}, get_settings())

@@ -122,6 +122,20 @@ def test_metric_ingest_is_idempotent_and_query_buckets(api, tmp_path):
     assert bad.status_code == 422 and fields(bad) == ["points.0.value"]
 
 
+def test_text_the_database_cannot_store_is_a_422_not_a_500(api, tmp_path):
+    run_id = _run_for_metrics(api, tmp_path)
+    bad = api.post(f"/api/runs/{run_id}/metrics",
+                   json={"points": [{"rank": 0, "step": 1, "name": "lo\u0000ss", "value": 1.0}]})
+    assert bad.status_code == 422 and fields(bad) == ["points.0.name"]
+    plan_id = api.post("/api/plans", json=tiny_plan()).json()["id"]
+    bad = api.post("/api/runs", json={"plan_id": plan_id, "name": "two\nlines", "run": {"data": {"path": str(tmp_path)}}})
+    assert bad.status_code == 422 and fields(bad) == ["name"]
+    # a NUL in a query parameter reaches PostgreSQL, which refuses it: answered 422, not 500
+    bad = api.get(f"/api/runs/{run_id}/metrics", params={"name": "lo\x00ss"})
+    assert bad.status_code == 422 and fields(bad) == ["request"], bad.text
+    assert api.get("/api/health").status_code == 200
+
+
 def test_stream_sends_state_then_new_points(api, tmp_path):
     run_id = _run_for_metrics(api, tmp_path)
     events: list[tuple[str, dict]] = []
