@@ -40,7 +40,7 @@ run: install frontend
 
 # The whole suite against the real services (PostgreSQL and Redis on 127.0.0.1, Chromium, torchrun).
 test: install frontend chromium
-	$(BIN)/python -m pytest -q -ra; code=$$?; \
+	$(BIN)/python -m pytest -q -ra --durations=15; code=$$?; \
 	if [ $$code -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$code
 
 clean:
