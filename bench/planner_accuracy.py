@@ -115,6 +115,19 @@ def main() -> int:
     print("  The SP rows' intercept (memory at zero tokens) matches ZeRO-3 with the Adam states (12 B/param) and the")
     print("  fp32 gradient sub-group buffer on the GPU, which an offloaded optimizer does not keep there; the sp1/dp4")
     print("  row does not. The two readings cannot both hold for one configuration; the planner models the stated one.")
+    # Rows that hold the same tokens per rank on the same number of ZeRO-3 shards: every per-rank tensor has the
+    # same size (Ulysses' attention sees seq with heads/sp, i.e. the same element count) except the all-to-all
+    # buffers, so the physics gives them nearly the same memory, whatever the model.
+    same: dict[tuple, list] = {}
+    for r in rows:
+        if r["peak_gb"]:
+            same.setdefault((int(r["seq_len"]) // int(r["sp_size"]), int(r["gpus"])), []).append(r)
+    for (local, gpus), group in same.items():
+        if len(group) > 1:
+            desc = " vs ".join(f"sp{g['sp_size']}/dp{g['dp_size']} at {int(g['seq_len']) // 1024}K: {g['peak_gb']} GB"
+                               for g in group)
+            pred = " vs ".join(f"{estimate(plan_for(g, True))['memory']['peak_allocated_gib']:.2f}" for g in group)
+            print(f"  Same {local:,} tokens per rank on {gpus} ZeRO-3 shards, published {desc}; predicted {pred} GiB.")
     by_seq = {int(r["seq_len"]): r for r in rows if r["sp_size"] == "4" and r["tokens_per_s"]}
     if 32768 in by_seq and 65536 in by_seq:
         from backend.planner.throughput import flops_per_token
