@@ -78,6 +78,7 @@ class StepMetricsCallback(TrainerCallback):
         if self.writer is not None:
             rec = self._record(step, table, mem)
             rec["metrics_overhead_s"] = self.last_overhead  # time the previous step spent in this callback
+            rec["time"] = time.time()  # wall clock (unix s) of the write: the worker stores it as the wall_time
             self.writer.write(rec)
         if stop:
             self.stopped_by_signal = True
