@@ -15,20 +15,12 @@ import json
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.e2e.browser import chromium_page, sign_in_by_default  # noqa: E402
+from tests.e2e.browser import WATCH_LOSS_CHART, chromium_page, sign_in_by_default  # noqa: E402
 from tests.services import Stack, postgres_database, redis_database  # noqa: E402
 from tests.tiny import submit, tiny_plan, wait_for, write_corpus  # noqa: E402
-
-WATCH = """() => {
-  window.__arrivals = [];
-  const el = document.querySelector('[data-testid=loss-chart]');
-  new MutationObserver(() => window.__arrivals.push([Number(el.dataset.points), Date.now()]))
-    .observe(el, {attributes: true, attributeFilter: ['data-points']});
-}"""
 
 
 def main() -> None:
@@ -49,7 +41,7 @@ def main() -> None:
                 page.wait_for_function(
                     "document.querySelector('[data-testid=live-status]')?.dataset.live === 'open'", timeout=30_000)
                 page.locator("[data-testid=loss-chart]").wait_for()
-                page.evaluate(WATCH)
+                page.evaluate(WATCH_LOSS_CHART)
                 api.post(f"/api/runs/{run['id']}/approve").raise_for_status()
                 print(f"run {run['id']}: {args.steps} steps, sp=2 on 2 CPU ranks; watching its page", flush=True)
                 done = wait_for(api, run["id"], {"succeeded"}, timeout_s=600)

@@ -85,7 +85,7 @@ def _emulated_ulysses(sp: int):
     original = ALL_ATTENTION_FUNCTIONS["sdpa"]
 
     def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
-        heads, kv = query.shape[1], key.shape[1]
+        kv = key.shape[1]
         if sp > 1:
             if kv < sp:  # ulysses_sp.py: repeat_interleave kv heads up to sp_size
                 key = key.repeat_interleave(sp // kv, dim=1)

@@ -14,6 +14,13 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--d
 ARTIFACTS = REPO / "test-artifacts"
 COOKIE = "ulab_token"  # what the dashboard's sign-in (POST /api/session) sets
 _default_sign_in: tuple[str, str] | None = None
+# Run in a page: from then on window.__arrivals collects [points on the loss chart, Date.now()] at each change.
+WATCH_LOSS_CHART = """() => {
+  window.__arrivals = [];
+  const el = document.querySelector('[data-testid=loss-chart]');
+  new MutationObserver(() => window.__arrivals.push([Number(el.dataset.points), Date.now()]))
+    .observe(el, {attributes: true, attributeFilter: ['data-points']});
+}"""
 
 
 def sign_in_by_default(base_url: str, token: str) -> None:

@@ -1,22 +1,16 @@
 """How long a new metric point takes to reach an open run page (API batch ingest -> SSE -> chart).
-Measured, printed and saved to test-artifacts/sse-latency.json; not a timed assertion (issue 5)."""
+Measured, printed and saved to test-artifacts/sse-latency.json; not a timed assertion (issue 5). The whole
+path from the trainer's write is bench/stream_latency.py."""
 import json
 import statistics
 import time
 
 import pytest
 
-from tests.e2e.browser import ARTIFACTS, chromium_page, screenshot
+from tests.e2e.browser import ARTIFACTS, WATCH_LOSS_CHART, chromium_page, screenshot
 from tests.tiny import submit, tiny_plan
 
 pytestmark = pytest.mark.slow
-
-WATCH = """() => {
-  window.__arrivals = [];
-  const el = document.querySelector('[data-testid=loss-chart]');
-  new MutationObserver(() => window.__arrivals.push([Number(el.dataset.points), Date.now()]))
-    .observe(el, {attributes: true, attributeFilter: ['data-points']});
-}"""
 
 
 def test_a_new_point_reaches_the_open_run_page(api_server, api, corpus):
@@ -29,7 +23,7 @@ def test_a_new_point_reaches_the_open_run_page(api_server, api, corpus):
         page.wait_for_function("document.querySelector('[data-testid=live-status]')?.dataset.live === 'open'",
                                timeout=20_000)
         page.locator("[data-testid=loss-chart]").wait_for()
-        page.evaluate(WATCH)
+        page.evaluate(WATCH_LOSS_CHART)
         for step in range(1, 21):
             sent_ms = time.time() * 1000
             r = api.post(f"/api/runs/{rid}/metrics", json={"points": [

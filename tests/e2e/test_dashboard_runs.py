@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from tests.e2e.browser import chromium_page, screenshot
-from tests.tiny import submit, tiny_plan, wait_for
+from tests.tiny import submit, tiny_plan
 
 pytestmark = pytest.mark.slow
 

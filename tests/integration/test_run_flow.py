@@ -7,7 +7,7 @@ import httpx
 import pytest
 
 from tests.services import Stack
-from tests.tiny import submit, tiny_plan, wait_for, write_corpus
+from tests.tiny import submit, tiny_plan, wait_for
 
 pytestmark = pytest.mark.slow
 
