@@ -73,9 +73,10 @@ def ingest(session: Session, run_id: int, points: list[PointIn]) -> int:
 
 
 # PostgreSQL: one statement, one round trip, for the whole batch. The points travel as one JSON parameter
-# and are unpacked by json_to_recordset in the server: binding five arrays instead cost the API about
-# 0.1 ms of Python per point (psycopg dumps list parameters element by element), JSON about 2 us.
-# The block summaries are computed in SQL from the same rows.
+# and are unpacked by json_to_recordset in the server; the block summaries are computed in SQL from the same
+# rows. Against five array parameters and two statements, per 5,000 points here: 182 vs 224 ms wall and 27 vs
+# 74 ms of the API's Python (psycopg dumps list parameters element by element), which 4 concurrent shippers
+# share under one GIL.
 _PG_INGEST = text("""
 WITH p AS (
     SELECT * FROM ROWS FROM (json_to_recordset(CAST(:points AS json))
