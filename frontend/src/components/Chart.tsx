@@ -28,6 +28,8 @@ type Props = {
   bands?: [number, number][];
   /** clamp the y axis (e.g. to keep a capacity line readable when some series go far above it) */
   yMax?: number;
+  /** what an empty chart says (default: "no data yet") */
+  emptyText?: string;
 };
 
 const STEP_INCRS = [1, 2, 5].flatMap((m) => Array.from({ length: 8 }, (_, e) => m * 10 ** e)).sort((a, b) => a - b);
@@ -35,7 +37,7 @@ const STEP_INCRS = [1, 2, 5].flatMap((m) => Array.from({ length: 8 }, (_, e) => 
 export const PALETTE = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#be185d", "#65a30d"];
 
 /** A uPlot line chart that follows its container's width and updates in place when data changes. */
-export function Chart({ testid, title, x, lines, height = 220, xLabel = "step", yLabel, logX, xFormat, points, onZoom, yMax, bands }: Props) {
+export function Chart({ testid, title, x, lines, height = 220, xLabel = "step", yLabel, logX, xFormat, points, onZoom, yMax, bands, emptyText = "no data yet" }: Props) {
   const box = useRef<HTMLDivElement>(null);
   const plot = useRef<uPlot | null>(null);
   const zoomCb = useRef(onZoom);
@@ -115,7 +117,7 @@ export function Chart({ testid, title, x, lines, height = 220, xLabel = "step", 
       <div className="chart-title">
         {title} <span className="muted">({n} points)</span>
       </div>
-      {x.length === 0 ? <div className="chart-empty muted">no data yet</div> : null}
+      {x.length === 0 ? <div className="chart-empty muted" data-testid={`${testid}-empty`}>{emptyText}</div> : null}
       <div ref={box} className="chart-plot" style={{ display: x.length === 0 ? "none" : undefined }} />
     </div>
   );

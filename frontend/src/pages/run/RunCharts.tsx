@@ -20,7 +20,12 @@ function MetricChart({ store, version, name, title, testid, predicted, onZoom, s
     // eslint-disable-next-line react-hooks/exhaustive-deps
   }, [store, version, name, predicted, scale, showPlanner]);
   const full = predicted != null ? `${title} (planner: ${fmtNum(predicted, 2)}${showPlanner ? ", dashed" : ""})` : title;
-  return <Chart testid={testid} title={full} x={x} lines={lines} onZoom={onZoom} height={180} />;
+  // Steps have arrived but none carries this metric: the trainer does not report it (MFU is null on CPU ranks,
+  // which have no peak TFLOPS to divide by), so waiting will not help.
+  const reportsSteps = x.length === 0 && single(store, "loss").x.length > 0;
+  const emptyText = !reportsSteps ? "no data yet"
+    : name === "mfu" ? "not reported: MFU needs a GPU's peak TFLOPS (null on CPU ranks)" : "not reported by this run";
+  return <Chart testid={testid} title={full} x={x} lines={lines} onZoom={onZoom} height={180} emptyText={emptyText} />;
 }
 
 export function RunCharts({ run, store, version, zoom, setZoom }: Props) {
