@@ -210,6 +210,19 @@ def watch(proc, shipper: MetricShipper, beat: Heartbeat, settings) -> tuple[int,
         raise
 
 
+def watch_and_ship(proc, shipper: MetricShipper, beat_fn, settings) -> tuple[int, bool, bool]:
+    """Beat (in its own thread) from launch until the last metrics are shipped: watch the trainer, then drain
+    what it wrote, since the API may still be away when it exits. Answers (exit code, whether it was stopped,
+    whether everything was shipped)."""
+    with Heartbeat(beat_fn, settings.heartbeat_s) as beat:
+        try:
+            code, stopped = watch(proc, shipper, beat, settings)
+        finally:
+            shipped = shipper.drain(deadline_s=60.0)
+            shipper.close()
+    return code, stopped, shipped
+
+
 def supervise(run: Run, settings) -> str:
     """Node 0 (or the only node): owns the run's state, heartbeat and exit."""
     reason = too_big_for_this_worker(run.spec)
@@ -220,13 +233,8 @@ def supervise(run: Run, settings) -> str:
     proc, run_dir, log_path = launch(run, settings, 0, endpoint)
     set_state(run.id, run.attempt, RunState.RUNNING, run_dir=str(run_dir))
     shipper = MetricShipper(run_dir / "metrics.jsonl", settings.api_url, run.id, worker_token())
-    # the heartbeat also covers the drain: the API may still be away when the trainer exits
-    with Heartbeat(lambda: heartbeat(run.id, run.attempt, shipper.last_step), settings.heartbeat_s) as beat:
-        try:
-            code, stopped = watch(proc, shipper, beat, settings)
-        finally:
-            shipped = shipper.drain(deadline_s=60.0)
-            shipper.close()
+    code, stopped, shipped = watch_and_ship(proc, shipper, lambda: heartbeat(run.id, run.attempt, shipper.last_step),
+                                            settings)
     log_tail = tail(log_path, LOG_TAIL_LINES)
     state = exit_state(code, stopped, log_tail)
     reason = None if state == RunState.SUCCEEDED else (
@@ -252,12 +260,7 @@ def supervise_node(run: Run, node_rank: int, settings) -> str:
     proc, run_dir, _ = launch(run, settings, node_rank, endpoint)
     # c10d may place global rank 0 (the metrics writer) on any node: every node ships what it finds.
     shipper = MetricShipper(run_dir / "metrics.jsonl", settings.api_url, run.id, worker_token())
-    with Heartbeat(lambda: gang.node_heartbeat(run.id, run.attempt, node_rank), settings.heartbeat_s) as beat:
-        try:
-            code, _ = watch(proc, shipper, beat, settings)
-        finally:
-            shipper.drain(deadline_s=60.0)
-            shipper.close()
+    code, _, _ = watch_and_ship(proc, shipper, lambda: gang.node_heartbeat(run.id, run.attempt, node_rank), settings)
     gang.record_node_exit(run.id, run.attempt, node_rank, code)
     log.info("run %s node %s: exit code %s", run.id, node_rank, code)
     return f"node exit {code}"

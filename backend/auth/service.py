@@ -51,19 +51,22 @@ _verified: dict[str, tuple[Principal, float]] = {}
 _verified_lock = threading.Lock()
 
 
-def cached_principal(token: str) -> Principal | None:
-    """The principal of a token verified in the last VERIFIED_TTL_S seconds, without a database round trip."""
-    digest = hash_token(token)
+def _cached(digest: str) -> Principal | None:
     with _verified_lock:
         hit = _verified.get(digest)
     return hit[0] if hit and hit[1] > time.monotonic() else None
 
 
+def cached_principal(token: str) -> Principal | None:
+    """The principal of a token verified in the last VERIFIED_TTL_S seconds, without a database round trip."""
+    return _cached(hash_token(token))
+
+
 def verify(session: Session, token: str) -> Principal | None:
-    principal = cached_principal(token)
+    digest = hash_token(token)
+    principal = _cached(digest)
     if principal is not None:
         return principal
-    digest = hash_token(token)
     row = session.scalar(select(ApiToken).where(ApiToken.token_hash == digest, ApiToken.revoked_at.is_(None)))
     if row is None:
         return None
