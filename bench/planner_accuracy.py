@@ -59,6 +59,15 @@ def fmt_err(e):
     return "    -  " if e is None else f"{e * 100:+6.1f}%"
 
 
+def _solve3(m: list[list[float]], y: list[float]) -> list[float]:
+    """Solve a 3x3 linear system by Cramer's rule (no numpy needed for three unknowns)."""
+    def det(a):
+        return (a[0][0] * (a[1][1] * a[2][2] - a[1][2] * a[2][1]) - a[0][1] * (a[1][0] * a[2][2] - a[1][2] * a[2][0])
+                + a[0][2] * (a[1][0] * a[2][1] - a[1][1] * a[2][0]))
+    d = det(m)
+    return [det([row[:i] + [y[k]] + row[i + 1:] for k, row in enumerate(m)]) / d for i in range(3)]
+
+
 def run(rows: list[dict], offload: bool, label: str) -> dict:
     print(f"\n== ({label}) optimizer offload = {offload} ==")
     print(f"{'gpus':>4} {'sp':>3} {'dp':>3} {'seq':>7} | {'pred GiB':>8} {'dev tot':>7} {'fits':>5} | "
@@ -145,6 +154,14 @@ def main() -> int:
               f"x{step_flops(65536) / step_flops(32768):.2f}. With the modelled compute (64K alone takes about the")
         print("  published 64K step), no single per-step overhead puts both rows within 25%; the global constant")
         print("  (CPU optimizer rate) is the minimax over the published rows.")
+    if all(s in by_seq for s in (8192, 32768, 65536)):
+        # Independent of the planner: any step time made of a fixed cost, a per-token cost and an attention cost
+        # (each >= 0) is a + b*S + c*S^2 with a, b, c >= 0 at a fixed grad_accum. Solve it through the three points.
+        pts = [(s / 8192, s * 8 / float(by_seq[s]["tokens_per_s"])) for s in (8192, 32768, 65536)]
+        ca, cb, cc = _solve3([[1.0, x, x * x] for x, _ in pts], [t for _, t in pts])
+        print(f"  Model-free: step time = a + b*S + c*S^2 through the published sp4 8K/32K/64K figures gives a = {ca:.2f} s,")
+        print(f"  b = {cb:.2f} s and c = {cc:.2f} s per (8K)^2: concave in S, which no non-negative mix of fixed, per-token")
+        print("  and attention (S^2) costs is, so no physical model passes through all three.")
     print(f"worst memory error (A, as stated): {a['worst_mem'][1] * 100:+.1f}% ({a['worst_mem'][2]}); "
           f"(B): {b['worst_mem'][1] * 100:+.1f}% ({b['worst_mem'][2]})")
     print(f"worst tokens/s error (A, as stated): {a['worst_tok'][1] * 100:+.1f}% ({a['worst_tok'][2]})")
