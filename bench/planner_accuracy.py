@@ -25,10 +25,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from backend.planner import estimate  # noqa: E402
+from backend.planner import estimate, max_seq_len  # noqa: E402
 from backend.planner.throughput import CPU_OPTIMIZER_PARAMS_PER_S  # noqa: E402
 
 DEFAULT_CSV = ROOT.parent / "shared" / "reference" / "published_hf_blog_qwen3_4b.csv"
+# ALST paper (Bekman et al. 2025, arXiv:2506.13996), abstract: Llama-8B trains at 500K tokens on one H100, 3.7M on
+# one 8 x H100 node and over 15M on 4 nodes, against a 32K baseline. (gpus_per_node, nodes) -> published max tokens.
+ALST_PUBLISHED = {(1, 1): 500_000, (8, 1): 3_700_000, (8, 4): 15_000_000}
+ALST_BASELINE = 32_768
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -104,6 +108,18 @@ def run(rows: list[dict], offload: bool, label: str) -> dict:
     return {"worst_mem": worst_m, "worst_tok": worst_t}
 
 
+def alst() -> None:
+    """Max context against the ALST paper's headline figures (a second, independent published source)."""
+    from tests.plans import alst_plan
+    print("\n== ALST paper (arXiv:2506.13996): Llama-3.1-8B, H100-80GB, ZeRO-3, optimizer offload, max context ==")
+    print(f"{'gpus':>4} | {'ALST (SP + tiling + ckpt offload)':>33} | {'baseline (DP, none of them)':>28}")
+    for (per_node, nodes), pub in ALST_PUBLISHED.items():
+        got = max_seq_len(alst_plan(per_node, nodes))["max_seq_len"]
+        base = max_seq_len(alst_plan(per_node, nodes, alst=False))["max_seq_len"]
+        print(f"{per_node * nodes:>4} | {got:>10,} vs {pub:>10,} {fmt_err(err(got, pub))} | "
+              f"{base:>8,} vs {ALST_BASELINE:,} {fmt_err(err(base, ALST_BASELINE))}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--csv", type=Path, default=DEFAULT_CSV)
@@ -115,6 +131,7 @@ def main() -> int:
     print(f"one global calibration constant: CPU optimizer {CPU_OPTIMIZER_PARAMS_PER_S / 1e9:.2f}e9 params/s per node")
     a = run(rows, True, "A: as the CSV states")
     b = run(rows, False, "B: diagnostic, optimizer states on the GPU")
+    alst()
     print("\nReading:")
     sp_rows = [r for r in rows if r["sp_size"] != "1" and r["peak_gb"]]
     for label, off in (("A", True), ("B", False)):

@@ -13,14 +13,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from backend.planner import estimate, max_seq_len, sweep  # noqa: E402
-from tests.plans import qwen_plan  # noqa: E402
+from tests.plans import alst_plan, qwen_plan  # noqa: E402
 
 PLAN = qwen_plan(seq_len=65536)
-ALST = {**PLAN, "model": {"preset": "meta-llama/Llama-3.1-8B"},
-        "hardware": {"gpu": "H100-80GB", "gpus_per_node": 8, "num_nodes": 4, "cpu_memory_gib_per_node": 1900},
-        "parallel": {"sp_size": 32, "dp_size": 1},
-        "training": {**PLAN["training"], "seq_len": 4194304, "checkpoint_offload": True, "tiled_mlp": True,
-                     "tiled_logits_loss": True}}
+ALST = alst_plan(8, 4, seq_len=4194304)
 
 
 def timeit(fn, repeat: int) -> list[float]:

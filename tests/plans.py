@@ -18,3 +18,19 @@ def qwen_plan(**training) -> dict:
     plan = copy.deepcopy(QWEN3_4B_SP4)
     plan["training"].update(training)
     return plan
+
+
+def alst_plan(gpus_per_node: int, num_nodes: int, alst: bool = True, **training) -> dict:
+    """Llama-3.1-8B on H100-80GB nodes as the ALST paper trains it (Bekman et al. 2025, arXiv:2506.13996): ZeRO-3,
+    optimizer states offloaded to CPU, activation checkpointing, flash attention 2, micro batch 1. With `alst`:
+    Ulysses SP over every GPU, tiled MLP, tiled logits loss and the checkpoints offloaded to CPU; without: the
+    paper's baseline, plain data parallelism over every GPU."""
+    world = gpus_per_node * num_nodes
+    sp = world if alst else 1
+    plan = copy.deepcopy(QWEN3_4B_SP4)
+    plan["model"] = {"preset": "meta-llama/Llama-3.1-8B"}
+    plan["hardware"].update(gpus_per_node=gpus_per_node, num_nodes=num_nodes)
+    plan["parallel"] = {"sp_size": sp, "dp_size": world // sp}
+    plan["training"].update({"seq_len": 8192, "grad_accum": 1, "checkpoint_offload": alst, "tiled_mlp": alst,
+                             "tiled_logits_loss": alst, **training})
+    return plan

@@ -1,0 +1,20 @@
+"""The planner against published measurements it was not tuned on: the ALST paper's max-context figures
+(Bekman et al. 2025, arXiv:2506.13996, abstract). Llama-3.1-8B on H100-80GB: 500K tokens on 1 GPU, 3.7M on one
+8-GPU node, over 15M on 4 nodes, against a 32K baseline. bench/planner_accuracy.py prints the same comparison."""
+import pytest
+
+from backend.planner import estimate, max_seq_len
+from tests.plans import alst_plan
+
+
+@pytest.mark.parametrize("per_node,nodes,published", [(1, 1, 500_000), (8, 1, 3_700_000), (8, 4, 15_000_000)])
+def test_alst_max_context_within_10_percent(per_node, nodes, published):
+    got = max_seq_len(alst_plan(per_node, nodes))["max_seq_len"]
+    assert abs(got - published) / published <= 0.10, (got, published)
+
+
+@pytest.mark.parametrize("per_node,nodes", [(1, 1), (8, 1), (8, 4)])
+def test_alst_baseline_fits_32k_not_64k(per_node, nodes):
+    # The paper's baseline (data parallel, no tiling, checkpoints on the GPU) trains at 32K and no further.
+    assert estimate(alst_plan(per_node, nodes, alst=False, seq_len=32768))["memory"]["fits"] is True
+    assert estimate(alst_plan(per_node, nodes, alst=False, seq_len=65536))["memory"]["fits"] is False
