@@ -154,6 +154,14 @@ def main() -> int:
                                for g in group)
             pred = " vs ".join(f"{estimate(plan_for(g, True))['memory']['peak_allocated_gib']:.2f}" for g in group)
             print(f"  Same {local:,} tokens per rank on {gpus} ZeRO-3 shards, published {desc}; predicted {pred} GiB.")
+    for r in rows:
+        if r["sp_size"] == "1" and r["dp_size"] != "1" and r["peak_gb"]:
+            # What the published DP figure would be under reading B if the row's seq_len were the global batch split
+            # over the DP ranks (each rank seq_len/dp tokens): the only reading found that puts every row within 10%.
+            split = {**r, "seq_len": str(int(r["seq_len"]) // int(r["dp_size"]))}
+            got = estimate(plan_for(split, False))["memory"]["peak_allocated_gib"]
+            print(f"  (B) with the sp1/dp{r['dp_size']} row at {split['seq_len']} tokens per rank ({int(r['seq_len']) // 1024}K "
+                  f"split {r['dp_size']} ways): {got:.2f} GiB vs {r['peak_gb']} ({fmt_err(err(got, num(r['peak_gb']))).strip()}).")
     by_seq = {int(r["seq_len"]): r for r in rows if r["sp_size"] == "4" and r["tokens_per_s"]}
     if 32768 in by_seq and 65536 in by_seq:
         from backend.planner.throughput import flops_per_token
