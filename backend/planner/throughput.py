@@ -52,6 +52,15 @@ def pcie_gb_per_s(gpu) -> float:
     return PCIE_GB_PER_S["gen5" if gpu.bf16_dense_tflops >= 500 else "gen4"]
 
 
+def model_flops_per_token(m, seq_len: int) -> float:
+    """Model FLOPs per trained token (forward + backward, no recompute): 6 per matmul weight a token multiplies
+    (Kaplan et al. 2020; the lm_head counts, the embedding lookup does not; MoE: the routed experts only) plus
+    causal attention 6 * L * a * d * S (PaLM appendix B's 12 * L * a * d * S, halved for the causal mask, which
+    flash attention skips). The trainer's measured TFLOPS and MFU use this same count, so the planner's
+    prediction and the measurement on the run page are comparable."""
+    return 6 * m.matmul_params + 6 * m.num_hidden_layers * m.num_attention_heads * m.head_dim * seq_len
+
+
 def flops_per_token(spec) -> dict:
     """FLOPs per token. Model FLOPs: 6 per matmul parameter (Kaplan et al. 2020; Narayanan et al. 2021) plus
     causal attention 6 * L * a * d * S (PaLM appendix B, halved for the causal mask). Hardware FLOPs add the
@@ -63,7 +72,7 @@ def flops_per_token(spec) -> dict:
     fwd_head_mm = 2 * m.vocab_size * m.hidden_size
     fwd_attn = 2 * L * m.num_attention_heads * m.head_dim * S
     fwd_mlp = 2 * L * 3 * m.hidden_size * m.mlp_width
-    model = 3 * (fwd_layers_mm + fwd_head_mm + fwd_attn)
+    model = model_flops_per_token(m, S)               # = 3 * (fwd_layers_mm + fwd_head_mm + fwd_attn)
     hw_mm = 3 * (fwd_layers_mm + fwd_head_mm)
     hw_attn = (1 + ATTN_BWD_FACTOR) * fwd_attn
     if spec.activation_checkpointing:

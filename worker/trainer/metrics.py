@@ -8,43 +8,37 @@ import json
 import math
 import os
 import time
-from pathlib import Path
-
 import weakref
+from pathlib import Path
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.weak import WeakIdKeyDictionary
 
+from backend.planner.catalog import gpus, model_from_config
+from backend.planner.throughput import model_flops_per_token
+
 GIB = 1024**3
 
-# dense bf16 peak TFLOPS per GPU (vendor datasheets; ../shared/reference/gpus.csv), for MFU
-PEAK_BF16_TFLOPS = {"A100-40GB": 312.0, "A100-80GB": 312.0, "H100-80GB": 989.0, "H200-141GB": 989.0, "B200-180GB": 2250.0}
-
-
 def flops_per_token(cfg, seq_len: int) -> float:
-    """Training FLOPs per token, PaLM paper appendix B (as nanoGPT's `estimate_mfu` and torchtitan use it):
-    6 * N_params(non-embedding) + 12 * n_layers * hidden * seq_len   (forward + backward, attention included)."""
-    h = cfg.hidden_size
-    layers = cfg.num_hidden_layers
-    heads = cfg.num_attention_heads
-    kv = getattr(cfg, "num_key_value_heads", heads) or heads
-    head_dim = getattr(cfg, "head_dim", None) or h // heads
-    inter = cfg.intermediate_size
-    per_layer = h * heads * head_dim * 2 + h * kv * head_dim * 2 + 3 * h * inter
-    n = layers * per_layer + h * cfg.vocab_size  # lm_head counts, the embedding lookup does not
-    return 6.0 * n + 12.0 * layers * heads * head_dim * seq_len
+    """Model FLOPs per trained token for a Hugging Face config: the planner's count
+    (backend.planner.throughput.model_flops_per_token: 6 per matmul weight + causal attention), so that the
+    measured TFLOPS and MFU sit beside the planner's prediction on the same footing."""
+    d = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(vars(cfg))
+    return float(model_flops_per_token(model_from_config(d), seq_len))
 
 
 def peak_tflops(plan: dict) -> float | None:
-    """Peak dense TFLOPS of one device the run uses: None on CPU (no meaningful MFU)."""
+    """Peak dense bf16 TFLOPS of one device the run uses (the planner's GPU catalog, or the plan's custom GPU):
+    None on CPU (no meaningful MFU)."""
     if not torch.cuda.is_available():
         return None
     gpu = (plan.get("hardware") or {}).get("gpu")
     if isinstance(gpu, dict):
         return float(gpu.get("bf16_dense_tflops") or 0) or None
-    return PEAK_BF16_TFLOPS.get(gpu)
+    known = gpus().get(gpu)
+    return known.bf16_dense_tflops if known else None
 
 
 class TensorMemoryTracker(TorchDispatchMode):
