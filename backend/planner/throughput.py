@@ -56,7 +56,8 @@ def model_flops_per_token(m, seq_len: int) -> float:
     """Model FLOPs per trained token (forward + backward, no recompute): 6 per matmul weight a token multiplies
     (Kaplan et al. 2020; the lm_head counts, the embedding lookup does not; MoE: the routed experts only) plus
     causal attention 6 * L * a * d * S (PaLM appendix B's 12 * L * a * d * S, halved for the causal mask, which
-    flash attention skips). The trainer's measured TFLOPS and MFU use this same count, so the planner's
+    flash attention skips). The trainer counts its measured TFLOPS and MFU the same way (worker/trainer/metrics.py
+    keeps its own copy, as it does not import the backend; a unit test holds the two equal), so the planner's
     prediction and the measurement on the run page are comparable."""
     return 6 * m.matmul_params + 6 * m.num_hidden_layers * m.num_attention_heads * m.head_dim * seq_len
 

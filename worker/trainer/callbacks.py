@@ -104,8 +104,8 @@ class StepMetricsCallback(TrainerCallback):
             "tokens_per_s_per_gpu": tps / self.world if tps is not None else None,
             "step_time_s": step_time,
             "tflops_per_gpu": tflops,
-            # MFU = achieved model FLOPs per second per device / peak dense FLOPs of that device, with model FLOPs
-            # per token = 6 * N_params + 12 * n_layers * hidden * seq_len (PaLM appendix B, nanoGPT estimate_mfu)
+            # MFU = achieved model FLOPs per second per device / peak dense FLOPs of that device, with the model
+            # FLOPs per token the planner counts (metrics.flops_per_token: 6N plus causal attention, no recompute)
             "mfu": (tflops / self.peak_tflops) if (tflops is not None and self.peak_tflops) else None,
             "peak_allocated_gib": [_gib(v) for v in table[:, 4].tolist()],
             "peak_activations_gib": [_gib(v) for v in table[:, 6].tolist()] if mem["activations"] is not None else None,

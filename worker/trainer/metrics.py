@@ -16,29 +16,49 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.weak import WeakIdKeyDictionary
 
-from backend.planner.catalog import gpus, model_from_config
-from backend.planner.throughput import model_flops_per_token
-
 GIB = 1024**3
 
+# Dense bf16 peak TFLOPS per GPU (vendor datasheets, ../shared/reference/gpus.csv), for MFU. The trainer does not
+# import the backend (DESIGN.md), so it keeps its own copy of these figures and of the FLOPs count below;
+# tests/unit/test_trainer_metrics.py holds both equal to the planner's (backend/planner/).
+PEAK_BF16_TFLOPS = {"A100-40GB": 312.0, "A100-80GB": 312.0, "H100-80GB": 989.0, "H200-141GB": 989.0,
+                    "B200-180GB": 2250.0}
+
+
 def flops_per_token(cfg, seq_len: int) -> float:
-    """Model FLOPs per trained token for a Hugging Face config: the planner's count
-    (backend.planner.throughput.model_flops_per_token: 6 per matmul weight + causal attention), so that the
-    measured TFLOPS and MFU sit beside the planner's prediction on the same footing."""
-    d = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(vars(cfg))
-    return float(model_flops_per_token(model_from_config(d), seq_len))
+    """Model FLOPs per trained token (forward + backward, no recompute) for a Hugging Face config, counted as the
+    planner predicts them (backend/planner/throughput.py `model_flops_per_token`), so the measured TFLOPS and MFU
+    sit beside the prediction on the same footing: 6 per weight a token multiplies (Kaplan et al. 2020: q, k, v,
+    o, the SwiGLU MLP - for a mixture of experts the routed experts and the router - and the lm_head, tied or not;
+    not the embedding lookup) plus causal attention 6 * layers * heads * head_dim * seq_len (PaLM appendix B's
+    12 * L * a * d * S, halved for the causal mask, which flash attention skips)."""
+    if hasattr(cfg, "get_text_config"):  # multimodal wrappers keep the decoder's sizes in text_config
+        cfg = cfg.get_text_config()
+    h, layers, heads = cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads
+    kv = getattr(cfg, "num_key_value_heads", None) or heads
+    head_dim = getattr(cfg, "head_dim", None) or h // heads
+    experts = (getattr(cfg, "num_experts", None) or getattr(cfg, "num_local_experts", None)
+               or getattr(cfg, "n_routed_experts", None) or 0)
+    if experts > 1:
+        width = (getattr(cfg, "num_experts_per_tok", None) or 1) * (
+            getattr(cfg, "moe_intermediate_size", None) or cfg.intermediate_size)
+        mlp = 3 * h * width + h * experts  # the routed experts, as one MLP of their joint width, and the router
+    else:
+        mlp = 3 * h * cfg.intermediate_size
+    per_layer = 2 * h * heads * head_dim + 2 * h * kv * head_dim + mlp
+    matmul = layers * per_layer + h * cfg.vocab_size
+    return 6.0 * matmul + 6.0 * layers * heads * head_dim * seq_len
 
 
 def peak_tflops(plan: dict) -> float | None:
-    """Peak dense bf16 TFLOPS of one device the run uses (the planner's GPU catalog, or the plan's custom GPU):
+    """Peak dense bf16 TFLOPS of one device the run uses (the plan's GPU by name, or its custom GPU object):
     None on CPU (no meaningful MFU)."""
     if not torch.cuda.is_available():
         return None
     gpu = (plan.get("hardware") or {}).get("gpu")
     if isinstance(gpu, dict):
         return float(gpu.get("bf16_dense_tflops") or 0) or None
-    known = gpus().get(gpu)
-    return known.bf16_dense_tflops if known else None
+    return PEAK_BF16_TFLOPS.get(gpu)
 
 
 class TensorMemoryTracker(TorchDispatchMode):
