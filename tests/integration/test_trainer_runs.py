@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -38,7 +40,9 @@ class Runs:
         if name not in self.done:
             plan = make_plan(self.root / f"{name}.json", self.data, **layout)
             run_dir = self.root / name
-            check_ok(train(plan, run_dir))
+            proc = train(plan, run_dir)
+            check_ok(proc)
+            (run_dir / "console.txt").write_text(proc.stdout + proc.stderr)
             self.done[name] = run_dir
         return self.done[name]
 
@@ -84,6 +88,15 @@ def test_sp2_loss_equals_single_process_every_step(runs):
     assert len(sp[0]["peak_allocated_gib"]) == 2 and all(v > 0 for v in sp[0]["peak_allocated_gib"])
     assert sp[0]["memory_measure"] == "cpu_tensor_tracker"
     assert sp[0]["target_tokens"] < sp[0]["tokens"], "packed documents should mask boundary labels"
+
+
+def test_closing_summary_reports_the_mean_step_loss(runs):
+    # the Trainer's own train_loss averages rank 0's share of each step's loss: about half of it under SP=2, ZeRO-2
+    console = (runs.sp2() / "console.txt").read_text()
+    found = re.search(r"'train_loss': '([0-9.]+)'", console)
+    assert found, console[-2000:]
+    mean = statistics.fmean(losses(runs.sp2()))
+    assert abs(float(found.group(1)) - mean) <= 1e-3 * mean, (found.group(1), mean)
 
 
 def test_dp2_gas1_equals_sp2_gas2_losses_and_parameters(runs):

@@ -74,6 +74,7 @@ class StepMetricsCallback(TrainerCallback):
         else:
             table = mine.unsqueeze(0)
         stop = bool(table[:, 2].max() > 0)
+        self.trainer.step_losses.append(float(table[:, 0].sum()))
         step = self.step_offset + state.global_step
         if self.writer is not None:
             rec = self._record(step, table, mem)
@@ -97,7 +98,7 @@ class StepMetricsCallback(TrainerCallback):
         tflops = self.flops_per_token * tokens / self.world / step_time / 1e12 if step_time > 0 else None
         rec = {
             "step": step,
-            "loss": float(table[:, 0].sum()),
+            "loss": self.trainer.step_losses[-1],
             "lr": self.trainer.last_lr,
             "grad_norm": self.trainer.last_grad_norm,
             "tokens_per_s": tps,

@@ -59,6 +59,7 @@ class UlyssesTrainer(Trainer):
         self.step_targets = 0  # N of the step (whole world)
         self.last_grad_norm = None
         self.last_lr = None
+        self.step_losses: list[float] = []  # each step's whole loss L, as StepMetricsCallback gathers it
 
     # data: in order, so a step sees the same rows whatever the layout (the shuffle, if any, is in the data)
     def _get_train_sampler(self, train_dataset=None):
@@ -119,6 +120,13 @@ class UlyssesTrainer(Trainer):
         lr = super()._get_learning_rate()
         self.last_lr = float(lr)
         return lr
+
+    def log(self, logs: dict, start_time: float | None = None) -> None:
+        # The Trainer's closing `train_loss` averages what this rank's compute_loss returned: its share of each
+        # step's loss (under SP=2 with ZeRO-1/2 about half of it). Report the mean of the whole steps' losses.
+        if "train_loss" in logs and self.step_losses:
+            logs = {**logs, "train_loss": sum(self.step_losses) / len(self.step_losses)}
+        super().log(logs, start_time)
 
     def take_step_figures(self) -> tuple[float, int]:
         loss, tokens = float(self.step_loss), self.step_tokens
