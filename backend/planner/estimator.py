@@ -10,6 +10,11 @@ def _r(x: float, nd: int = 3) -> float:
     return round(float(x), nd)
 
 
+def _sig(x: float) -> float:
+    """Six significant digits: a tiny model's step (tens of microseconds on an H100) must not round to 0 s."""
+    return float(f"{float(x):.6g}")
+
+
 def memory_section(spec: Spec, mem: dict) -> dict:
     breakdown = {k: _r(v / GIB) for k, v in mem["breakdown"].items()}
     # Round the parts, then state the peak as their sum so the breakdown adds up exactly (plan-v1 invariant).
@@ -25,9 +30,9 @@ def memory_section(spec: Spec, mem: dict) -> dict:
 
 
 def throughput_section(tp: dict) -> dict:
-    return {"step_time_s": _r(tp["step_time_s"], 4), "tokens_per_s": _r(tp["tokens_per_s"], 1),
+    return {"step_time_s": _sig(tp["step_time_s"]), "tokens_per_s": _r(tp["tokens_per_s"], 1),
             "tokens_per_s_per_gpu": _r(tp["tokens_per_s_per_gpu"], 1), "tflops_per_gpu": _r(tp["tflops_per_gpu"], 1),
-            "mfu": _r(tp["mfu"], 4), "time_breakdown_s": {k: _r(v, 4) for k, v in tp["time_breakdown_s"].items()}}
+            "mfu": _r(tp["mfu"], 4), "time_breakdown_s": {k: _sig(v) for k, v in tp["time_breakdown_s"].items()}}
 
 
 def estimate_spec(spec: Spec, warnings: list | None = None) -> dict:
