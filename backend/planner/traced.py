@@ -140,7 +140,7 @@ def trace_peak_bytes(spec, cfg=None) -> dict:
             model = AutoModelForCausalLM.from_config(cfg, dtype=dtype, attn_implementation="eager")
         model.train()
         if spec.activation_checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         for p in model.parameters():  # ZeRO frees each gradient once it is reduce-scattered
             p.register_post_accumulate_grad_hook(lambda p: setattr(p, "grad", None))
         ids = torch.randint(0, spec.model.vocab_size, (b, s))
