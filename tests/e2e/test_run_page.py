@@ -1,7 +1,9 @@
-"""The end-to-end check in a real browser: the run page of a real trained run draws its loss points."""
+"""The end-to-end checks in a real browser: the run page of a real trained run draws its loss points, and the
+planner's predictions sit beside the measurements."""
 import pytest
 
 from tests.e2e.browser import chromium_page, screenshot
+from tests.tiny import submit, tiny_plan
 
 pytestmark = pytest.mark.slow
 
@@ -23,4 +25,30 @@ def test_run_page_shows_the_loss_curve_of_a_trained_run(stack, api, trained_run)
         assert api.get(f"/api/runs/{trained_run['id']}/metrics", params={"name": "mfu"}).json()["series"] == []
         assert "not reported" in page.locator("[data-testid=mfu-chart-empty]").inner_text()
         assert page.locator("[data-testid=grad-norm-chart-empty]").count() == 0
+        # the plan says H100-80GB, the ranks ran on this CPU: the predicted tokens/s is stated, not drawn over them
+        assert "not drawn" in page.locator("[data-testid=tokens-chart] .chart-title").inner_text()
         screenshot(page, "run-page")
+
+
+def test_planner_lines_are_drawn_near_the_measurement_and_left_out_when_over_10x_off(stack, api, corpus):
+    run = submit(api, tiny_plan(sp_size=2), {"steps": 50, "data": {"path": str(corpus)}}, name="ui-planner-lines",
+                 approve=False)
+    thr = api.get(f"/api/runs/{run['id']}").json()["estimate"]["throughput"]
+    # tokens/s within 10% of the prediction; TFLOPS a hundredth of it (a GPU plan trained on CPU ranks, say)
+    points = [{"rank": 0, "step": s, "name": name, "value": value}
+              for s in (1, 2, 3) for name, value in (("loss", 5.0), ("tokens_per_s", 0.9 * thr["tokens_per_s"]),
+                                                     ("tflops_per_gpu", thr["tflops_per_gpu"] / 100))]
+    assert api.post(f"/api/runs/{run['id']}/metrics", json={"points": points}).status_code == 200
+    with chromium_page() as page:
+        page.goto(f"{stack.url}/#/runs/{run['id']}")
+        for chart in ("tokens-chart", "tflops-chart"):
+            page.wait_for_function(f"document.querySelector('[data-testid={chart}]')?.dataset.points === '3'",
+                                   timeout=20_000)
+        tokens = page.locator("[data-testid=tokens-chart] .chart-title").inner_text()
+        tflops = page.locator("[data-testid=tflops-chart] .chart-title").inner_text()
+        assert "dashed" in tokens and "not drawn" not in tokens, tokens
+        assert "over 10x off the measurement: not drawn" in tflops, tflops
+        page.locator("[data-testid=toggle-planner]").uncheck()
+        tokens = page.locator("[data-testid=tokens-chart] .chart-title").inner_text()
+        assert "dashed" not in tokens and "planner:" in tokens, tokens
+    api.post(f"/api/runs/{run['id']}/cancel")

@@ -11,15 +11,21 @@ function MetricChart({ store, version, name, title, testid, predicted, onZoom, s
   store: Store; version: number; name: string; title: string; testid: string;
   predicted?: number | null; onZoom: (a: number, b: number) => void; scale?: number; showPlanner?: boolean;
 }) {
-  const { x, lines } = useMemo(() => {
+  const { x, lines, offScale } = useMemo(() => {
     const s = single(store, name);
     const y = scale === 1 ? s.y : s.y.map((v) => (v === null ? null : v * scale));
     const lines: Line[] = [{ label: name, values: y, color: PALETTE[0] }];
-    if (predicted != null && showPlanner) lines.push({ label: "planner", values: s.x.map(() => predicted), color: "#111", dash: [6, 4] });
-    return { x: s.x, lines };
+    // A prediction more than 10x away from every measured point (an H100 plan trained on CPU ranks, say) would
+    // flatten the measured curve against the axis: it stays in the title, not drawn.
+    const seen = y.filter((v): v is number => v !== null && v > 0);
+    const offScale = predicted != null && predicted > 0 && seen.length > 0
+      && (predicted > 10 * Math.max(...seen) || predicted < Math.min(...seen) / 10);
+    if (predicted != null && showPlanner && !offScale) lines.push({ label: "planner", values: s.x.map(() => predicted), color: "#111", dash: [6, 4] });
+    return { x: s.x, lines, offScale };
     // eslint-disable-next-line react-hooks/exhaustive-deps
   }, [store, version, name, predicted, scale, showPlanner]);
-  const full = predicted != null ? `${title} (planner: ${fmtNum(predicted, 2)}${showPlanner ? ", dashed" : ""})` : title;
+  const how = offScale ? ", over 10x off the measurement: not drawn" : showPlanner ? ", dashed" : "";
+  const full = predicted != null ? `${title} (planner: ${fmtNum(predicted, 2)}${how})` : title;
   // Steps have arrived but none carries this metric: the trainer does not report it (MFU is null on CPU ranks,
   // which have no peak TFLOPS to divide by), so waiting will not help.
   const reportsSteps = x.length === 0 && single(store, "loss").x.length > 0;
