@@ -15,9 +15,12 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="Ulysses Lab:
 def plan(
     json_path: Path = typer.Option(..., "--json", exists=True, dir_okay=False, help="Plan file (plan-v1)."),
     max_seq: bool = typer.Option(False, "--max-seq", help="Answer the longest seq_len that fits."),
+    text: bool = typer.Option(False, "--text", help="Print a summary for people instead of the JSON."),
 ) -> None:
-    """Estimate per-GPU memory and throughput for a plan (prints plan-v1 estimate JSON)."""
+    """Estimate per-GPU memory and throughput for a plan (prints plan-v1 estimate JSON). Exit 1 if the plan is
+    not valid."""
     from backend import planner
+    from backend.planner.report import text_report
 
     try:
         spec = json.loads(json_path.read_text())
@@ -25,9 +28,12 @@ def plan(
         typer.echo(f"{json_path}: not valid JSON: {e}", err=True)
         raise typer.Exit(2)
     result = planner.max_seq_len(spec) if max_seq else planner.estimate(spec)
-    typer.echo(json.dumps(result, indent=1))
-    valid = result.get("estimate", result).get("valid", True) if isinstance(result, dict) else True
-    raise typer.Exit(0 if valid else 1)
+    est = result["estimate"] if max_seq else result
+    if text:
+        typer.echo(text_report(spec, est, result["max_seq_len"] if max_seq else None))
+    else:
+        typer.echo(json.dumps(result, indent=1))
+    raise typer.Exit(0 if est.get("valid") else 1)
 
 
 @app.command()

@@ -1,0 +1,67 @@
+"""A plan-v1 Estimate as a few lines of text for the terminal (`ulab plan --text`). Formatting only: every figure
+comes from the Estimate as it is, so the text and the JSON never disagree."""
+from __future__ import annotations
+
+
+def _si(x: float) -> str:
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= div:
+            return f"{x / div:.1f}{suffix}"
+    return f"{x:.0f}"
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n:,}"
+
+
+def _parts(d: dict, unit: str, fmt: str) -> str:
+    """The non-zero entries of a breakdown, largest first (`name 1.23 GiB, ...`)."""
+    items = sorted(((k, v) for k, v in d.items() if v), key=lambda kv: -kv[1])
+    return ", ".join(f"{k.replace('_', ' ')} {v:{fmt}}{unit}" for k, v in items) or "none"
+
+
+def _setup(plan: dict) -> str:
+    hw, par, tr = (plan.get(k) or {} for k in ("hardware", "parallel", "training"))
+    gpu = hw.get("gpu")
+    gpu = gpu.get("name", "custom GPU") if isinstance(gpu, dict) else gpu
+    nodes = hw.get("num_nodes") or 1
+    offload = [name for key, name in (("offload_optimizer", "optimizer"), ("offload_params", "params"),
+                                      ("checkpoint_offload", "checkpoints")) if tr.get(key)]
+    savers = [name for key, name in (("activation_checkpointing", "activation checkpointing"),
+                                     ("tiled_mlp", "tiled MLP"), ("tiled_logits_loss", "tiled logits loss"))
+              if tr.get(key)]
+    return (f"{hw.get('gpus_per_node', 1)} x {gpu} per node x {nodes} node{'s' if nodes != 1 else ''}, "
+            f"sp {par.get('sp_size', 1)} x dp {par.get('dp_size', 1)}, seq_len {tr.get('seq_len', 0):,}, "
+            f"ZeRO-{tr.get('zero_stage', '?')}" + (f", offloaded: {', '.join(offload)}" if offload else "")
+            + (f", {', '.join(savers)}" if savers else ""))
+
+
+def text_report(plan: dict, estimate: dict, max_seq: int | None = None) -> str:
+    """The Estimate `estimate` of `plan` (with `max_seq`: the answer of a max-context search) as text."""
+    lines = []
+    if not estimate.get("valid"):
+        lines.append("not a valid plan:")
+        lines += [f"  {e['field']}: {e['message']}" for e in estimate.get("errors", [])]
+    else:
+        model = estimate.get("model") or {}
+        if max_seq:  # the estimate is at the length the search found, not at the plan's own
+            plan = {**plan, "training": {**(plan.get("training") or {}), "seq_len": max_seq}}
+        lines.append(f"{model.get('name', 'model')} ({_count(model.get('params', 0))} params): {_setup(plan)}")
+        if max_seq is not None:
+            lines.append(f"longest seq_len that fits: {max_seq:,} tokens"
+                         + (" (nothing fits)" if max_seq == 0 else "; the estimate below is at that length"))
+        m, t = estimate["memory"], estimate["throughput"]
+        lines.append(f"GPU memory per rank: {m['peak_allocated_gib']:.2f} GiB allocated at its peak "
+                     f"({m.get('peak_phase', '?')}), {m['device_total_gib']:.2f} GiB device total of "
+                     f"{m['gpu_capacity_gib']:.0f} GiB: {'fits' if m['fits'] else 'DOES NOT FIT'}")
+        lines.append(f"  {_parts(m['breakdown_gib'], ' GiB', '.3g')}")
+        lines.append(f"CPU memory per node: {m['cpu_gib_per_node']:.1f} GiB of {m['cpu_capacity_gib_per_node']:.0f} "
+                     f"GiB: {'fits' if m['cpu_fits'] else 'DOES NOT FIT'}")
+        if m.get("cpu_breakdown_gib_per_node"):
+            lines.append(f"  {_parts(m['cpu_breakdown_gib_per_node'], ' GiB', '.1f')}")
+        lines.append(f"step (one optimizer step): {t['step_time_s']:.4g} s; {_si(t['tokens_per_s'])} tokens/s "
+                     f"({_si(t['tokens_per_s_per_gpu'])} per GPU), {t['tflops_per_gpu']:.1f} TFLOPS per GPU, "
+                     f"MFU {100 * t['mfu']:.1f}%")
+        lines.append(f"  {_parts(t['time_breakdown_s'], ' s', '.4g')}")
+    lines += [f"warning: {w['field']}: {w['message']}" for w in estimate.get("warnings", [])]
+    return "\n".join(lines)

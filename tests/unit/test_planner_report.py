@@ -1,0 +1,53 @@
+"""`ulab plan --text`: the estimate for people, with the same figures as the JSON."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from backend.planner import estimate
+from backend.planner.report import text_report
+from tests.plans import qwen_plan
+
+ULAB = Path(sys.executable).parent / "ulab"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "qwen3-4b-64k.json"
+
+
+def ulab_plan(path: Path, *flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(ULAB), "plan", "--json", str(path), *flags], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_text_gives_the_json_figures():
+    as_json, as_text = ulab_plan(EXAMPLE), ulab_plan(EXAMPLE, "--text")
+    assert as_json.returncode == as_text.returncode == 0, as_text.stderr
+    est, text = json.loads(as_json.stdout), as_text.stdout
+    m, t = est["memory"], est["throughput"]
+    assert f"{m['peak_allocated_gib']:.2f} GiB allocated" in text
+    assert f"{m['device_total_gib']:.2f} GiB device total of 80 GiB: fits" in text
+    assert f"{m['cpu_gib_per_node']:.1f} GiB of 1900 GiB: fits" in text
+    assert f"MFU {100 * t['mfu']:.1f}%" in text and f"{t['tflops_per_gpu']:.1f} TFLOPS" in text
+    for part, gib in m["breakdown_gib"].items():  # every non-zero part, by name
+        assert (f"{part.replace('_', ' ')} {gib:.3g} GiB" in text) == (gib != 0), part
+    assert "warning: training.seq_len" in text  # 64K is past Qwen3-4B's 40,960 positions
+
+
+def test_text_of_a_max_context_search_states_the_length_it_found():
+    as_json, as_text = ulab_plan(EXAMPLE, "--max-seq"), ulab_plan(EXAMPLE, "--max-seq", "--text")
+    n = json.loads(as_json.stdout)["max_seq_len"]
+    assert n > 65536 and f"longest seq_len that fits: {n:,} tokens" in as_text.stdout
+    assert f"seq_len {n:,}," in as_text.stdout  # the header describes the estimate shown, at that length
+
+
+def test_text_names_each_broken_field_and_exits_1(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(qwen_plan(seq_len=32770)))  # not a multiple of sp_size 4
+    r = ulab_plan(bad, "--text")
+    assert r.returncode == 1
+    assert r.stdout.startswith("not a valid plan:") and "training.seq_len:" in r.stdout
+
+
+def test_text_says_when_a_plan_does_not_fit():
+    plan = qwen_plan(seq_len=262144)
+    est = estimate(plan)
+    assert not est["memory"]["fits"]
+    assert "DOES NOT FIT" in text_report(plan, est)
