@@ -74,10 +74,12 @@ class StepMetricsCallback(TrainerCallback):
         else:
             table = mine.unsqueeze(0)
         stop = bool(table[:, 2].max() > 0)
-        self.trainer.step_losses.append(float(table[:, 0].sum()))
+        loss = float(table[:, 0].sum())  # the ranks' shares add up to the step's loss
+        self.trainer.loss_sum += loss
+        self.trainer.loss_steps += 1
         step = self.step_offset + state.global_step
         if self.writer is not None:
-            rec = self._record(step, table, mem)
+            rec = self._record(step, loss, table, mem)
             rec["metrics_overhead_s"] = self.last_overhead  # time the previous step spent in this callback
             rec["time"] = time.time()  # wall clock (unix s) of the write: the worker stores it as the wall_time
             self.writer.write(rec)
@@ -91,14 +93,14 @@ class StepMetricsCallback(TrainerCallback):
         self._start()
         return control
 
-    def _record(self, step: int, table: torch.Tensor, mem: dict) -> dict:
+    def _record(self, step: int, loss: float, table: torch.Tensor, mem: dict) -> dict:
         step_time = float(table[:, 3].max())  # the step ends when the slowest rank ends it
         tokens = float(table[:, 1].sum())
         tps = tokens / step_time if step_time > 0 else None
         tflops = self.flops_per_token * tokens / self.world / step_time / 1e12 if step_time > 0 else None
         rec = {
             "step": step,
-            "loss": self.trainer.step_losses[-1],
+            "loss": loss,
             "lr": self.trainer.last_lr,
             "grad_norm": self.trainer.last_grad_norm,
             "tokens_per_s": tps,

@@ -59,7 +59,7 @@ class UlyssesTrainer(Trainer):
         self.step_targets = 0  # N of the step (whole world)
         self.last_grad_norm = None
         self.last_lr = None
-        self.step_losses: list[float] = []  # each step's whole loss L, as StepMetricsCallback gathers it
+        self.loss_sum, self.loss_steps = 0.0, 0  # the steps' whole losses L, as StepMetricsCallback gathers them
 
     # data: in order, so a step sees the same rows whatever the layout (the shuffle, if any, is in the data)
     def _get_train_sampler(self, train_dataset=None):
@@ -124,8 +124,8 @@ class UlyssesTrainer(Trainer):
     def log(self, logs: dict, start_time: float | None = None) -> None:
         # The Trainer's closing `train_loss` averages what this rank's compute_loss returned: its share of each
         # step's loss (under SP=2 with ZeRO-1/2 about half of it). Report the mean of the whole steps' losses.
-        if "train_loss" in logs and self.step_losses:
-            logs = {**logs, "train_loss": sum(self.step_losses) / len(self.step_losses)}
+        if "train_loss" in logs and self.loss_steps:
+            logs = {**logs, "train_loss": self.loss_sum / self.loss_steps}
         super().log(logs, start_time)
 
     def take_step_figures(self) -> tuple[float, int]:
