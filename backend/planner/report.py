@@ -2,6 +2,8 @@
 comes from the Estimate as it is, so the text and the JSON never disagree."""
 from __future__ import annotations
 
+from .validate import Spec, parse
+
 
 def _si(x: float) -> str:
     for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
@@ -20,20 +22,16 @@ def _parts(d: dict, unit: str, fmt: str) -> str:
     return ", ".join(f"{k.replace('_', ' ')} {v:{fmt}}{unit}" for k, v in items) or "none"
 
 
-def _setup(plan: dict) -> str:
-    hw, par, tr = (plan.get(k) or {} for k in ("hardware", "parallel", "training"))
-    gpu = hw.get("gpu")
-    gpu = gpu.get("name", "custom GPU") if isinstance(gpu, dict) else gpu
-    nodes = hw.get("num_nodes") or 1
-    offload = [name for key, name in (("offload_optimizer", "optimizer"), ("offload_params", "params"),
-                                      ("checkpoint_offload", "checkpoints")) if tr.get(key)]
-    savers = [name for key, name in (("activation_checkpointing", "activation checkpointing"),
-                                     ("tiled_mlp", "tiled MLP"), ("tiled_logits_loss", "tiled logits loss"))
-              if tr.get(key)]
-    return (f"{hw.get('gpus_per_node', 1)} x {gpu} per node x {nodes} node{'s' if nodes != 1 else ''}, "
-            f"sp {par.get('sp_size', 1)} x dp {par.get('dp_size', 1)}, seq_len {tr.get('seq_len', 0):,}, "
-            f"ZeRO-{tr.get('zero_stage', '?')}" + (f", offloaded: {', '.join(offload)}" if offload else "")
-            + (f", {', '.join(savers)}" if savers else ""))
+def _setup(spec: Spec) -> str:
+    """The configuration as the estimate read it (defaults filled in by validation)."""
+    offload = [name for on, name in ((spec.offload_optimizer, "optimizer"), (spec.offload_params, "params"),
+                                     (spec.checkpoint_offload, "checkpoints")) if on]
+    savers = [name for on, name in ((spec.activation_checkpointing, "activation checkpointing"),
+                                    (spec.tiled_mlp, "tiled MLP"), (spec.tiled_logits_loss, "tiled logits loss")) if on]
+    nodes = spec.num_nodes
+    return (f"{spec.gpus_per_node} x {spec.gpu.name} per node x {nodes} node{'s' if nodes != 1 else ''}, "
+            f"sp {spec.sp} x dp {spec.dp}, seq_len {spec.seq_len:,}, {spec.dtype}, ZeRO-{spec.zero_stage}"
+            + (f", offloaded: {', '.join(offload)}" if offload else "") + (f", {', '.join(savers)}" if savers else ""))
 
 
 def text_report(plan: dict, estimate: dict, max_seq: int | None = None) -> str:
@@ -43,10 +41,10 @@ def text_report(plan: dict, estimate: dict, max_seq: int | None = None) -> str:
         lines.append("not a valid plan:")
         lines += [f"  {e['field']}: {e['message']}" for e in estimate.get("errors", [])]
     else:
-        model = estimate.get("model") or {}
-        if max_seq:  # the estimate is at the length the search found, not at the plan's own
-            plan = {**plan, "training": {**(plan.get("training") or {}), "seq_len": max_seq}}
-        lines.append(f"{model.get('name', 'model')} ({_count(model.get('params', 0))} params): {_setup(plan)}")
+        spec = parse(plan)[0]
+        if max_seq is not None:  # the estimate is at the length the search found (sp_size when nothing fits)
+            spec = spec.with_(seq_len=max(max_seq, spec.sp))
+        lines.append(f"{spec.model.name} ({_count(spec.model.total_params)} params): {_setup(spec)}")
         if max_seq is not None:
             lines.append(f"longest seq_len that fits: {max_seq:,} tokens"
                          + (" (nothing fits)" if max_seq == 0 else "; the estimate below is at that length"))

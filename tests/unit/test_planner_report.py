@@ -51,3 +51,10 @@ def test_text_says_when_a_plan_does_not_fit():
     est = estimate(plan)
     assert not est["memory"]["fits"]
     assert "DOES NOT FIT" in text_report(plan, est)
+
+
+def test_text_describes_the_plan_with_the_defaults_it_was_estimated_with():
+    plan = {"model": {"preset": "Qwen/Qwen3-4B"}, "hardware": {"gpu": "H100-80GB", "gpus_per_node": 4},
+            "parallel": {"sp_size": 4}, "training": {"seq_len": 32768}}
+    text = text_report(plan, estimate(plan))
+    assert "sp 4 x dp 1, seq_len 32,768, bf16, ZeRO-3, activation checkpointing" in text.splitlines()[0]
