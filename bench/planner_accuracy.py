@@ -29,10 +29,6 @@ from backend.planner import estimate, max_seq_len  # noqa: E402
 from backend.planner.throughput import CPU_OPTIMIZER_PARAMS_PER_S  # noqa: E402
 
 DEFAULT_CSV = ROOT.parent / "shared" / "reference" / "published_hf_blog_qwen3_4b.csv"
-# ALST paper (Bekman et al. 2025, arXiv:2506.13996), abstract: Llama-8B trains at 500K tokens on one H100, 3.7M on
-# one 8 x H100 node and over 15M on 4 nodes, against a 32K baseline. (gpus_per_node, nodes) -> published max tokens.
-ALST_PUBLISHED = {(1, 1): 500_000, (8, 1): 3_700_000, (8, 4): 15_000_000}
-ALST_BASELINE = 32_768
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -110,7 +106,7 @@ def run(rows: list[dict], offload: bool, label: str) -> dict:
 
 def alst() -> None:
     """Max context against the ALST paper's headline figures (a second, independent published source)."""
-    from tests.plans import alst_plan
+    from tests.plans import ALST_BASELINE, ALST_PUBLISHED, alst_plan
     print("\n== ALST paper (arXiv:2506.13996): Llama-3.1-8B, H100-80GB, ZeRO-3, optimizer offload, max context ==")
     print(f"{'gpus':>4} | {'ALST (SP + tiling + ckpt offload)':>33} | {'baseline (DP, none of them)':>28}")
     for (per_node, nodes), pub in ALST_PUBLISHED.items():

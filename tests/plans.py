@@ -20,6 +20,12 @@ def qwen_plan(**training) -> dict:
     return plan
 
 
+# ALST paper (Bekman et al. 2025, arXiv:2506.13996), abstract: Llama-8B trains at 500K tokens on one H100, 3.7M on
+# one 8 x H100 node and over 15M on 4 nodes, against a 32K baseline. (gpus_per_node, nodes) -> published max tokens.
+ALST_PUBLISHED = {(1, 1): 500_000, (8, 1): 3_700_000, (8, 4): 15_000_000}
+ALST_BASELINE = 32_768
+
+
 def alst_plan(gpus_per_node: int, num_nodes: int, alst: bool = True, **training) -> dict:
     """Llama-3.1-8B on H100-80GB nodes as the ALST paper trains it (Bekman et al. 2025, arXiv:2506.13996): ZeRO-3,
     optimizer states offloaded to CPU, activation checkpointing, flash attention 2, micro batch 1. With `alst`:

@@ -4,17 +4,17 @@
 import pytest
 
 from backend.planner import estimate, max_seq_len
-from tests.plans import alst_plan
+from tests.plans import ALST_BASELINE, ALST_PUBLISHED, alst_plan
 
 
-@pytest.mark.parametrize("per_node,nodes,published", [(1, 1, 500_000), (8, 1, 3_700_000), (8, 4, 15_000_000)])
+@pytest.mark.parametrize("per_node,nodes,published", [(*k, v) for k, v in ALST_PUBLISHED.items()])
 def test_alst_max_context_within_10_percent(per_node, nodes, published):
     got = max_seq_len(alst_plan(per_node, nodes))["max_seq_len"]
     assert abs(got - published) / published <= 0.10, (got, published)
 
 
-@pytest.mark.parametrize("per_node,nodes", [(1, 1), (8, 1), (8, 4)])
+@pytest.mark.parametrize("per_node,nodes", list(ALST_PUBLISHED))
 def test_alst_baseline_fits_32k_not_64k(per_node, nodes):
     # The paper's baseline (data parallel, no tiling, checkpoints on the GPU) trains at 32K and no further.
-    assert estimate(alst_plan(per_node, nodes, alst=False, seq_len=32768))["memory"]["fits"] is True
-    assert estimate(alst_plan(per_node, nodes, alst=False, seq_len=65536))["memory"]["fits"] is False
+    assert estimate(alst_plan(per_node, nodes, alst=False, seq_len=ALST_BASELINE))["memory"]["fits"] is True
+    assert estimate(alst_plan(per_node, nodes, alst=False, seq_len=2 * ALST_BASELINE))["memory"]["fits"] is False
