@@ -140,7 +140,8 @@ def _gpu(errors, hw: dict):
             return None
     spec = cat.gpus().get(g) if isinstance(g, str) else None
     if spec is None:
-        _err(errors, "hardware.gpu", f"unknown GPU {g!r}; known GPUs: {', '.join(cat.gpus())} "
+        what = "hardware.gpu is required" if g is None else f"unknown GPU {g!r}"
+        _err(errors, "hardware.gpu", f"{what}; known GPUs: {', '.join(cat.gpus())} "
              "(or give an object with the columns name, " + ", ".join(cat.GPU_FIELDS) + ")")
     return spec
 

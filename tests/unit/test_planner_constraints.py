@@ -102,6 +102,16 @@ def test_unknown_gpu_lists_known():
     assert_invalid(e, "hardware.gpu")
     msg = e["errors"][0]["message"]
     assert all(name in msg for name in ("A100-80GB", "H100-80GB", "H200-141GB"))
+    assert "'Z9000'" in msg
+
+
+def test_missing_gpu_is_required_not_unknown():
+    plan = variant()
+    del plan["hardware"]["gpu"]
+    e = estimate(plan)
+    assert_invalid(e, "hardware.gpu")
+    msg = e["errors"][0]["message"]
+    assert msg.startswith("hardware.gpu is required;") and "H100-80GB" in msg and "None" not in msg
 
 
 def test_custom_gpu_object():
