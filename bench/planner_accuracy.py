@@ -53,6 +53,11 @@ def num(x: str):
     return float(x) if x not in ("", None) else None
 
 
+def sp_rows_with_memory(rows: list[dict]) -> list[dict]:
+    """The Ulysses rows (sp_size > 1) that publish a memory figure."""
+    return [r for r in rows if r["sp_size"] != "1" and r["peak_gb"]]
+
+
 def err(pred: float, pub):
     return None if pub is None else (pred - pub) / pub
 
@@ -131,7 +136,7 @@ def missing_term_vs_alst(rows: list[dict]) -> None:
     from backend.planner.validate import parse
     from tests.plans import ALST_PUBLISHED, alst_plan
 
-    sp_rows = [r for r in rows if r["sp_size"] != "1" and r["peak_gb"]]
+    sp_rows = sp_rows_with_memory(rows)
     offsets = [num(r["peak_gb"]) - estimate(plan_for(r, True))["memory"]["peak_allocated_gib"] for r in sp_rows]
     off_gib = sum(offsets) / len(offsets)
     qwen = parse(plan_for(sp_rows[0], True))[0]
@@ -185,7 +190,7 @@ def main() -> int:
     alst()
     missing_term_vs_alst(rows)
     print("\nReading:")
-    sp_rows = [r for r in rows if r["sp_size"] != "1" and r["peak_gb"]]
+    sp_rows = sp_rows_with_memory(rows)
     for label, off in (("A", True), ("B", False)):
         errs = [abs(err(estimate(plan_for(r, off))["memory"]["peak_allocated_gib"], num(r["peak_gb"])))
                 for r in sp_rows]
