@@ -1,13 +1,15 @@
-"""Built-in model and GPU catalog, and the architecture numbers the planner works from.
+"""Built-in model and GPU catalog, and the one copy of the architecture arithmetic: parameter count, FLOPs per
+token and peak TFLOPS. The planner, the trainer's MFU and the DeepSpeed config all read them from here.
 
-The CSVs in ./data are copies of ../shared/reference/{models,gpus}.csv (published config.json values and vendor
-datasheets), so this package is self-contained. A plan may instead carry any Hugging Face `config.json` dict
-(`model.config`) or a custom GPU object with the gpus.csv columns.
+./data/models.csv holds published config.json values and ./data/gpus.csv vendor datasheet figures (each file names
+its source in its header). A plan may instead carry any Hugging Face `config.json` dict (`model.config`) or a
+custom GPU object with the gpus.csv columns.
 """
 from __future__ import annotations
 
 import csv
 import functools
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -104,6 +106,14 @@ class ModelSpec:
         """Weights that take part in a matmul per token (the lm_head matmul happens even when tied)."""
         return self.num_hidden_layers * self.layer_matmul_params + self.vocab_size * self.hidden_size
 
+    def flops_per_token(self, seq_len: int) -> float:
+        """Model FLOPs per trained token (forward + backward, no recompute): 6 per matmul weight a token multiplies
+        (Kaplan et al. 2020; the lm_head counts, the embedding lookup does not; MoE: the routed experts only) plus
+        causal attention 6 * L * a * d * S (PaLM appendix B's 12 * L * a * d * S, halved for the causal mask,
+        which flash attention skips). The planner's TFLOPS and MFU and the trainer's measured ones both count
+        this, so the prediction and the measurement on the run page are comparable."""
+        return 6 * self.matmul_params + 6 * self.num_hidden_layers * self.num_attention_heads * self.head_dim * seq_len
+
     def as_dict(self) -> dict:
         d = asdict(self)
         d["params"] = self.total_params
@@ -118,6 +128,11 @@ class GpuSpec:
     bf16_dense_tflops: float
     nvlink_gb_per_s_per_direction: float
     typical_internode_gb_per_s: float
+
+    def peak_flops(self, dtype: str) -> float:
+        """Dense peak FLOP/s for a training dtype: the datasheet's bf16/fp16 figure; fp32 trains as TF32 at
+        half that rate."""
+        return self.bf16_dense_tflops * 1e12 * (0.5 if dtype == "fp32" else 1.0)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -157,64 +172,65 @@ def gpus() -> dict[str, GpuSpec]:
             for r in _read_csv(DATA / "gpus.csv")}
 
 
-REQUIRED_CONFIG_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                        "vocab_size")
+# A config.json's sizes, with upper bounds far beyond any published model (so no estimate overflows a float):
+# (key, upper bound).
+CONFIG_SIZES = (("hidden_size", 1 << 18), ("num_hidden_layers", 1 << 14), ("num_attention_heads", 1 << 14),
+                ("intermediate_size", 1 << 21), ("vocab_size", 1 << 24))
+
+
+class ConfigError(ValueError):
+    """A config.json value the planner cannot use; `key` is the config key (the field is model.config.<key>)."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(message)
+        self.key = key
+
+
+def _size(cfg: dict, key: str, upper: int, default: int | None = None) -> int:
+    v = cfg.get(key)
+    if v is None:
+        if default is None:
+            raise ConfigError(key, "is required (a Hugging Face config.json size)")
+        return default
+    # v != v is NaN; infinity (JSON's 1e999) has no int() and is out of bounds anyway
+    if isinstance(v, bool) or not isinstance(v, int | float) or v != v or v in (math.inf, -math.inf) or int(v) != v:
+        raise ConfigError(key, f"must be a whole number, got {v!r}")
+    if not 1 <= v <= upper:
+        raise ConfigError(key, f"must be between 1 and {upper:,}, got {v!r}")
+    return int(v)
 
 
 def model_from_config(cfg: dict, name: str = "custom") -> ModelSpec:
     """A ModelSpec from a Hugging Face config.json dict (text_config is used for multimodal wrappers).
 
-    Raises ValueError naming the missing/bad key; validate.py turns that into a field error.
+    Raises ConfigError naming the bad key; plan.rules turns that into the field model.config.<key>.
     """
     if not isinstance(cfg, dict):
-        raise ValueError("model.config must be a JSON object (a Hugging Face config.json)")
+        raise ConfigError("", "must be a JSON object (a Hugging Face config.json)")
     if "hidden_size" not in cfg and isinstance(cfg.get("text_config"), dict):
         cfg = {**cfg["text_config"], "model_type": cfg["text_config"].get("model_type", cfg.get("model_type"))}
-    missing = [k for k in REQUIRED_CONFIG_KEYS if k not in cfg]
-    if missing:
-        raise ValueError(f"model.config lacks {', '.join(missing)}")
-    try:
-        h = int(cfg["hidden_size"])
-        heads = int(cfg["num_attention_heads"])
-        kv = int(cfg.get("num_key_value_heads") or heads)
-        head_dim = int(cfg.get("head_dim") or (h // heads if heads else 0))
-        vals = dict(hidden_size=h, num_hidden_layers=int(cfg["num_hidden_layers"]), num_attention_heads=heads,
-                    num_key_value_heads=kv, head_dim=head_dim, intermediate_size=int(cfg["intermediate_size"]),
-                    vocab_size=int(cfg["vocab_size"]))
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"model.config has a non-integer size: {e}") from None
-    bad = [k for k, v in vals.items() if v <= 0]
-    if bad:
-        raise ValueError(f"model.config: {', '.join(bad)} must be positive")
+    vals = {key: _size(cfg, key, upper) for key, upper in CONFIG_SIZES}
+    h, heads = vals["hidden_size"], vals["num_attention_heads"]
+    vals["num_key_value_heads"] = _size(cfg, "num_key_value_heads", heads, default=heads)
+    vals["head_dim"] = _size(cfg, "head_dim", 1 << 14, default=max(1, h // heads))
     mtype = str(cfg.get("model_type") or "llama")
     mpe = cfg.get("max_position_embeddings")
-    experts = int(cfg.get("num_experts") or cfg.get("num_local_experts") or cfg.get("n_routed_experts") or 0)
+    experts = _size(cfg, next((k for k in ("num_experts", "num_local_experts", "n_routed_experts") if cfg.get(k)),
+                              "num_experts"), 1 << 14, default=1)
     moe = {}
     if experts > 1:
-        moe = dict(num_experts=experts, experts_per_token=int(cfg.get("num_experts_per_tok") or 1),
-                   moe_intermediate_size=int(cfg.get("moe_intermediate_size") or vals["intermediate_size"]))
+        moe = dict(num_experts=experts,
+                   experts_per_token=_size(cfg, "num_experts_per_tok", experts, default=1),
+                   moe_intermediate_size=_size(cfg, "moe_intermediate_size", 1 << 21,
+                                               default=vals["intermediate_size"]))
     return ModelSpec(
         name=str(cfg.get("_name_or_path") or name), **vals,
         tie_word_embeddings=_bool(cfg.get("tie_word_embeddings", False)),
-        max_position_embeddings=int(mpe) if isinstance(mpe, (int, float)) and mpe else None,
+        max_position_embeddings=int(mpe) if isinstance(mpe, int | float) and 1 <= mpe <= 1 << 40 else None,
         model_type=mtype, qk_norm=mtype in QK_NORM_MODEL_TYPES,
         qkv_bias=_bool(cfg.get("attention_bias", mtype in QKV_BIAS_MODEL_TYPES)), **moe)
 
 
-def gpu_from_object(obj: dict) -> GpuSpec:
-    """A custom GPU given as an object with the gpus.csv columns. Raises ValueError naming the bad key."""
-    missing = [k for k in GPU_FIELDS if k not in obj]
-    if missing:
-        raise ValueError(f"custom GPU lacks {', '.join(missing)} (columns: name, {', '.join(GPU_FIELDS)})")
-    try:
-        vals = {k: float(obj[k]) for k in GPU_FIELDS}
-    except (TypeError, ValueError):
-        raise ValueError("custom GPU figures must be numbers") from None
-    if any(v <= 0 for v in vals.values()):
-        raise ValueError("custom GPU figures must be positive")
-    return GpuSpec(name=str(obj.get("name", "custom")), **vals)
-
-
-def catalog() -> dict:
+def listing() -> dict:
     """`GET /api/catalog`: every preset model (with its parameter count) and every GPU."""
     return {"models": [m.as_dict() for m in models().values()], "gpus": [g.as_dict() for g in gpus().values()]}

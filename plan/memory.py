@@ -13,6 +13,10 @@ L layers, B bytes of the training dtype, psi parameter count, N = dp_size * sp_s
 """
 from __future__ import annotations
 
+from . import liger
+from .allocator import device_total, reserved_peak
+from .model import DTYPE_BYTES
+
 GIB = 2 ** 30
 
 # ZeRO paper (Rajbhandari et al. 2020, sec. 3.1): mixed-precision Adam keeps fp32 master weights, momentum and
@@ -27,16 +31,10 @@ TILED_LOSS_SHARD_BYTES = GIB
 # cuBLAS/cuBLASLt workspaces live in the caching allocator (torch sizes them 32 MiB per handle on Hopper);
 # two streams (compute + DeepSpeed's reduce/prefetch streams) -> 64 MiB.
 CUBLAS_WORKSPACE_BYTES = 64 * 2 ** 20
-# What `nvidia-smi` shows on top of torch's allocated bytes (plan-v1 `device_total_gib`):
-# - CUDA context with lazy module loading, cuBLAS/cuDNN handles: about 0.5 GiB per process on H100 / CUDA 12.
-CUDA_CONTEXT_BYTES = 0.5 * GIB
-# - NCCL: each communicator allocates NCCL_BUFFSIZE (4 MiB) per channel for send and receive on every ring/tree
-#   and p2p channel; about 0.25 GiB per communicator on NVLink systems.
-NCCL_BYTES_PER_COMMUNICATOR = 0.25 * GIB
-# - Caching-allocator cache and fragmentation on top of the allocated peak. PyTorch's allocator rounds blocks to
-#   2 MiB / 512 B and keeps freed segments; 5% of the peak is the usual gap between max_memory_reserved and
-#   max_memory_allocated for transformer training (an assumption, not fitted to any row).
-ALLOCATOR_FRAGMENTATION = 0.05
+# What `nvidia-smi` shows on top of torch's allocated bytes (plan-v1 `device_total_gib`): the caching allocator's
+# reserved peak, the CUDA context and NCCL's buffers, modelled in plan.allocator.
+# Attention kernels whose backward allocates dk/dv at the query head count under GQA (see layer_terms).
+GQA_EXPANDING_BACKWARD = ("flash_attention_2",)
 # Host memory a training process holds outside of offloaded tensors (CUDA host-side context, torch, NCCL host
 # buffers, the data loader): about 4 GiB per rank.
 HOST_BYTES_PER_RANK = 4 * GIB
@@ -49,7 +47,8 @@ def norm_saved(n: int, B: int) -> int:
     return (4 + B) * n
 
 
-def layer_terms(m, sp: int, B: int, tiled_mlp: bool) -> dict:
+def layer_terms(m, sp: int, B: int, tiled_mlp: bool, liger_kernel: bool = False, checkpointed: bool = True,
+                attn: str = "flash_attention_2") -> dict:
     """Per-token bytes of one decoder layer (SwiGLU MLP, GQA, RMSNorm, RoPE, no dropout).
 
     This is Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models", sec. 4.1)
@@ -58,28 +57,45 @@ def layer_terms(m, sp: int, B: int, tiled_mlp: bool) -> dict:
     instead of the s x s scores. Under Ulysses (DeepSpeed ulysses_sp.py, ALST paper sec. 3.1) q/k/v are
     all-to-all'ed to [S, heads/sp] before the kernel: the same bytes per rank, except that kv heads are
     replicated to sp_size when kv_heads < sp_size (repeat_interleave in `_combine_local_sequences`).
+    With `liger_kernel` the norms and the MLP are Liger's (plan.liger: RMSNorm saves its input and one fp32 rstd
+    per row, SwiGLU saves gate and up and recomputes the activation; RoPE rotates q and k in place and saves only
+    cos/sin, as HF's does, so it changes no saved bytes). `checkpointed`: the layer runs as the recompute of an
+    activation checkpoint, whose input (the checkpoint) is held already.
     """
     h, a, k, d, inter = m.hidden_size, m.num_attention_heads, m.num_key_value_heads, m.head_dim, m.mlp_width
     kv_eff = max(k, sp) if sp > 1 else k
     qd, kvd = a * d, kv_eff * d
-    norm1 = norm_saved(h, B) + B * h                       # + its output, saved by q/k/v projections
-    qk_norm = norm_saved(a * d, B) + norm_saved(k * d, B) if m.qk_norm else 0
+    if liger_kernel:
+        norm1 = liger.norm_saved(h, B, checkpointed) + B * h     # input (the checkpoint) + rstd; output saved by q/k/v
+        qk_norm = (liger.norm_saved(d, B, False) * a + liger.norm_saved(d, B, False) * k) if m.qk_norm else 0
+        norm2 = liger.norm_saved(h, B, False) + B * h            # the post-attention residual + rstd; output
+        mlp = 0 if tiled_mlp else liger.swiglu_saved(inter, B)
+        mlp_bwd_extra = 0 if tiled_mlp else liger.swiglu_backward_extra(inter, B)
+    else:
+        norm1 = norm_saved(h, B) + B * h                       # + its output, saved by q/k/v projections
+        qk_norm = norm_saved(a * d, B) + norm_saved(k * d, B) if m.qk_norm else 0
+        norm2 = norm_saved(h, B) + B * h                       # + its output, saved by gate/up projections
+        mlp = 0 if tiled_mlp else 4 * B * inter                # gate, up, silu(gate), silu(gate)*up
+        # at the SwiGLU multiply's backward the product is freed but d(prod), d(act), d(up) exist -> +2*B*I
+        mlp_bwd_extra = 0 if tiled_mlp else 2 * B * inter
     attn_in = B * (qd + 2 * kvd)                            # q, k, v as the attention kernel saves them
     attn_out = B * qd + 4 * a                               # output + fp32 logsumexp (a/sp heads over S tokens)
     o_in = B * qd if sp > 1 else 0                          # after the all-to-all back: a new tensor o_proj saves
-    norm2 = norm_saved(h, B) + B * h                        # + its output, saved by gate/up projections
-    mlp = 0 if tiled_mlp else 4 * B * inter                 # gate, up, silu(gate), silu(gate)*up
     attn_saved = norm1 + qk_norm + attn_in + attn_out + o_in
     saved = attn_saved + norm2 + mlp
-    # Backward working set of the layer, beyond what it saved:
-    # MLP: at the SwiGLU multiply's backward, the product is freed but d(prod), d(act), d(up) exist -> +2*B*I.
-    mlp_bwd_extra = 0 if tiled_mlp else 2 * B * inter
-    # Attention: flash-attn backward allocates dq, dk, dv and an fp32 dq accumulator (FlashAttention-2 bwd,
-    # Dao 2023) while the MLP's saved tensors are already freed.
-    attn_bwd = B * (qd + 2 * kvd) + 4 * qd
+    # Attention backward, beyond what the layer saved: dq, dk, dv and the fp32 dq accumulator (FlashAttention-2
+    # bwd, Dao 2023; flash_api.cpp mha_bwd: dq_accum is float32 [b, s, heads, d]) while the MLP's saved tensors
+    # are already freed. Under GQA (kv heads < q heads on the rank) mha_bwd writes dk and dv at the query head
+    # count (dk_expanded, dv_expanded = empty({b, s_k, num_heads, d})) and sums them down afterwards.
+    dq_accum = 4 * qd
+    expanded = 2 * B * qd if (attn in GQA_EXPANDING_BACKWARD and kv_eff < a) else 0
+    attn_bwd = B * (qd + 2 * kvd) + dq_accum + expanded
     grad_stream = 2 * B * h                                 # incoming grad of the layer output + the residual grad
+    # Sizes per token of the layer's transient tensors (plan.allocator): hidden-wide (B h, and HF norms' fp32
+    # copies), q-wide, kv-wide, the fp32 dq accumulator and an MLP intermediate.
+    blocks = [B * h, B * qd, B * kvd, dq_accum] + ([] if liger_kernel else [4 * h]) + ([] if tiled_mlp else [B * inter])
     return {"saved": saved, "attn_saved": attn_saved, "mlp_bwd_extra": mlp_bwd_extra, "attn_bwd": attn_bwd,
-            "grad_stream": grad_stream, "q_bytes": B * qd, "kv_eff": kv_eff}
+            "grad_stream": grad_stream, "q_bytes": B * qd, "kv_eff": kv_eff, "blocks": blocks}
 
 
 def eager_scores_bytes(m, sp: int, B: int, S: int, b: int) -> int:
@@ -123,17 +139,24 @@ def state_terms(spec) -> dict:
             "step_fp32_grads": step_fp32_grads}
 
 
+def grad_comm_bytes(spec) -> int:
+    """Bytes per element of ZeRO's gradient reduction. With sp > 1 DeepSpeed's engine sets communication_data_type
+    to the config's `seq_parallel_communication_data_type` (engine.py; DeepSpeed's default "fp32"); without SP it
+    reduces in the training dtype."""
+    return DTYPE_BYTES[spec.seq_parallel_communication_data_type] if spec.sp > 1 else spec.dtype_bytes
+
+
 def zero_buffer_terms(spec) -> dict:
     """ZeRO communication buffers with the "auto" sizes the Transformers integration fills in
     (transformers/integrations/deepspeed.py: reduce_bucket_size = h^2, stage3_prefetch_bucket_size = 0.9 h^2,
-    stage3_param_persistence_threshold = 10 h). Gradients are reduced in fp32 when sp > 1
-    (DeepSpeed `seq_parallel_communication_data_type` defaults to fp32, engine.py)."""
+    stage3_param_persistence_threshold = 10 h). The IPG bucket has the gradient communication dtype
+    (stage3.py: bucket.buffer = torch.empty(reduce_bucket_size, dtype=<comm dtype>)), see grad_comm_bytes."""
     m, B, z = spec.model, spec.dtype_bytes, spec.zero_stage
     h = m.hidden_size
-    comm_bytes = 4 if spec.sp > 1 else B
+    comm_bytes = grad_comm_bytes(spec)
     bucket = comm_bytes * h * h                              # the contiguous IPG bucket (stage3.py ipg_buckets)
     if z < 3:
-        return {"layer": bucket if z >= 1 else 0.0, "loss": bucket if z >= 1 else 0.0}
+        return {"layer": bucket if z >= 1 else 0.0, "loss": bucket if z >= 1 else 0.0, "largest_param": 0.0}
     prefetch = B * 0.9 * h * h
     # Gathered parameters while a layer runs backward (its weights, gathered for the recompute and kept for the
     # backward) and the largest single-parameter gradient before it is copied into the bucket.
@@ -142,7 +165,8 @@ def zero_buffer_terms(spec) -> dict:
     largest_grad = B * largest_param
     # During the loss the lm_head (tied: the embedding) weight is gathered in full (one parameter, never split).
     head_live = B * m.vocab_size * h
-    return {"layer": layer_live + prefetch + bucket + largest_grad, "loss": head_live + prefetch + bucket}
+    return {"layer": layer_live + prefetch + bucket + largest_grad, "loss": head_live + prefetch + bucket,
+            "largest_param": B * max(largest_param, m.vocab_size * h)}
 
 
 # Shard sizes. The real shard count rounds up (shards = ceil(total / target)), so real shards are at most the target
@@ -161,36 +185,63 @@ def tiled_mlp_shard_tokens(spec) -> int:
     return spec.micro_batch_size * min(s_local, spec.model.hidden_size)
 
 
+def loss_terms(spec, t: int) -> dict:
+    """Bytes of the loss phase beyond the checkpoints: the lm_head's input and the logits/loss tensors, and the
+    largest single block among them (for the allocator)."""
+    m, B = spec.model, spec.dtype_bytes
+    h, V = m.hidden_size, m.vocab_size
+    if spec.liger_kernel:
+        # Liger's fused linear cross-entropy (plan.liger.flce_bytes) replaces the CausalLM forward's lm_head + loss,
+        # so the logits are chunked whether or not tiled_logits_loss is set. The final LigerRMSNorm saves its input
+        # and rstd; its output is the FLCE input, alive (not saved) while the loss runs.
+        fl = liger.flce_bytes(t, V, h, B)
+        final_norm = (liger.norm_saved(h, B, False) + B * h) * t
+        return {"bytes": fl["total"] + final_norm,
+                "blocks": [fl["logits_chunk"], fl["grad_input"], fl["grad_weight"], fl["loss_1d"]]}
+    final_norm = (norm_saved(h, B) + B * h) * t              # final RMSNorm + its output, the lm_head input
+    # transformers loss_utils.ForCausalLMLoss: logits.float() then cross_entropy.
+    # forward: bf16 logits (B*V) + fp32 upcast (4V) + log_softmax output (4V, saved);
+    # backward: saved log_softmax (4V) + nll_loss grad (4V) + log_softmax grad (4V) -> 12V per token, the peak.
+    per_token = max(12 * V, (B + 8) * V)
+    if spec.tiled_logits_loss:
+        # DeepSpeed TiledFusedLogitsLoss (ALST sec. 3.3): forward+backward per shard, never the full logits;
+        # x_grad = zeros_like(hidden) for the whole local sequence, and the lm_head weight gradient accumulates
+        # over the shards before ZeRO reduces it (its `compute_params` defer the reduction to the last shard).
+        shard = tiled_loss_shard_tokens(spec)
+        logits = per_token * shard + B * h * t + B * V * h
+        blocks = [4 * V * shard, B * V * shard, B * h * t, B * V * h, 4 * h * t]
+    else:
+        logits = per_token * t
+        blocks = [4 * V * t, B * V * t, 4 * h * t]           # fp32 and bf16 [t, V] logits, the norm's fp32 copy
+    return {"bytes": logits + final_norm, "blocks": blocks}
+
+
 def activation_terms(spec) -> dict:
-    """Activation, logits and all-to-all bytes of the "loss" and "layer" phases."""
+    """Activation, logits and all-to-all bytes of the "loss" and "layer" phases, with each phase's transient bytes
+    and largest transient block (plan.allocator)."""
     m, B, t, b, S, sp = spec.model, spec.dtype_bytes, spec.local_tokens, spec.micro_batch_size, spec.seq_len, spec.sp
-    h, V, L = m.hidden_size, m.vocab_size, m.num_hidden_layers
-    lt = layer_terms(m, sp, B, spec.tiled_mlp)
+    h, L = m.hidden_size, m.num_hidden_layers
+    ac, lk = spec.activation_checkpointing, spec.liger_kernel
+    lt = layer_terms(m, sp, B, spec.tiled_mlp, lk, ac, spec.attn)
     scores = eager_scores_bytes(m, sp, B, S, b) if spec.attn == "eager" else 0
-    if spec.activation_checkpointing:
+    if ac:
         # HF gradient checkpointing keeps each decoder layer's input (Korthikanti et al. sec. 5: 2*s*b*h per
         # layer); ALST checkpoint offload moves them to the CPU, keeping the one in use plus the one in flight.
         kept_layers = min(L, 2) if spec.checkpoint_offload else L
         stored = kept_layers * B * h * t
     else:
         stored = L * (lt["saved"] * t + scores)
-    final_norm = (norm_saved(h, B) + B * h) * t              # final RMSNorm + its output, the lm_head input
-    # ---- logits and loss (transformers loss_utils.ForCausalLMLoss: logits.float() then cross_entropy) ----
-    # forward: bf16 logits (B*V) + fp32 upcast (4V) + log_softmax output (4V, saved);
-    # backward: saved log_softmax (4V) + nll_loss grad (4V) + log_softmax grad (4V) -> 12V per token, the peak.
-    if spec.tiled_logits_loss:
-        # DeepSpeed TiledFusedLogitsLoss (ALST sec. 3.3): forward+backward per shard, never the full logits;
-        # x_grad = zeros_like(hidden) for the whole local sequence, and the lm_head weight gradient accumulates
-        # over the shards before ZeRO reduces it (its `compute_params` defer the reduction to the last shard).
-        logits = max(12 * V, (B + 8) * V) * tiled_loss_shard_tokens(spec) + B * h * t + B * V * h
-    else:
-        logits = max(12 * V, (B + 8) * V) * t
+    loss = loss_terms(spec, t)
     # ---- one layer's backward ----
+    layer_blocks = [x * t for x in lt["blocks"]] + [scores * 4 / (4 + B)]     # eager: the fp32 probabilities
     if spec.tiled_mlp:
         ts = tiled_mlp_shard_tokens(spec)
-        # TiledMLP (ulysses_sp.py): per shard the SwiGLU intermediates and their grads (6 B I per token), plus
-        # x_grad for the whole sequence and the MLP weight grads accumulated over shards (reduction deferred).
-        mlp_peak = lt["saved"] * t + 6 * B * m.mlp_width * ts + B * h * t + B * 3 * h * m.mlp_width
+        # TiledMLP (ulysses_sp.py): per shard the SwiGLU intermediates and their grads (HF: 4 saved + 2 in the
+        # backward = 6 B I per token; Liger: 3 + 1), plus x_grad for the whole sequence and the MLP weight grads
+        # accumulated over shards (reduction deferred).
+        shard_mlp = (liger.swiglu_saved(1, B) + liger.swiglu_backward_extra(1, B)) if lk else 6 * B
+        mlp_peak = lt["saved"] * t + shard_mlp * m.mlp_width * ts + B * h * t + B * 3 * h * m.mlp_width
+        layer_blocks += [B * m.mlp_width * ts, B * h * m.mlp_width]
     else:
         mlp_peak = (lt["saved"] + lt["mlp_bwd_extra"]) * t
     attn_peak = (lt["attn_saved"] + lt["attn_bwd"]) * t
@@ -198,13 +249,14 @@ def activation_terms(spec) -> dict:
     layer_work = max(mlp_peak + scores, attn_peak + 2 * scores) + lt["grad_stream"] * t
     # Ulysses all-to-all: a contiguous send copy and a receive buffer for the largest transfer (q / dq).
     comm = 2 * lt["q_bytes"] * t if sp > 1 else 0
-    if spec.activation_checkpointing:
+    if ac:
         layer_act = stored + layer_work
     else:
         layer_act = stored + layer_work - lt["saved"] * t - scores
     framework = CUBLAS_WORKSPACE_BYTES + 24 * b * S + 2 * 2 * B * m.head_dim * t   # ids/labels/positions, rope
-    return {"loss": {"activations": stored, "logits_and_loss": logits + final_norm, "comm_buffers": 0.0},
+    return {"loss": {"activations": stored, "logits_and_loss": loss["bytes"], "comm_buffers": 0.0},
             "layer": {"activations": layer_act, "logits_and_loss": 0.0, "comm_buffers": comm},
+            "blocks": loss["blocks"] + layer_blocks, "mlp_peak": mlp_peak, "attn_peak": attn_peak,
             "framework": framework, "checkpoint_bytes_cpu": (L * B * h * t if spec.checkpoint_offload else 0.0)}
 
 
@@ -234,12 +286,16 @@ def estimate_memory(spec) -> dict:
     peak_phase = max(phases, key=lambda p: sum(phases[p].values()))
     breakdown = phases[peak_phase]
     allocated = sum(breakdown.values())
-    device_total = (allocated * (1 + ALLOCATOR_FRAGMENTATION) + CUDA_CONTEXT_BYTES
-                    + NCCL_BYTES_PER_COMMUNICATOR * communicators(spec))
+    # the ZeRO-3 gathered parameters (the largest one) and ZeRO-1/2's fp32 gradient partition at the step
+    blocks = act["blocks"] + [zb["largest_param"], st["step_fp32_grads"]]
+    res = reserved_peak(allocated, blocks, spec.expandable_segments)
+    reserved = max(allocated, res["reserved"])
     cpu = cpu_terms(spec, act["checkpoint_bytes_cpu"])
     activation_phases = {name: {k: phases[name][k] for k in ("activations", "logits_and_loss", "comm_buffers")}
                          for name in ("loss", "layer")}
-    return {"breakdown": breakdown, "peak_phase": peak_phase, "activation_phases": activation_phases, "allocated": allocated, "device_total": device_total,
+    return {"breakdown": breakdown, "peak_phase": peak_phase, "activation_phases": activation_phases,
+            "allocated": allocated, "reserved": reserved,
+            "stranded": res["stranded"], "device_total": device_total(reserved, communicators(spec)),
             "cpu_per_node": cpu["total_per_node"], "cpu_breakdown_per_node": cpu["breakdown"]}
 
 
@@ -251,7 +307,8 @@ def cpu_terms(spec, checkpoint_bytes: float) -> dict:
     per_rank = {"optimizer": 0.0, "grads": 0.0, "params": 0.0, "checkpoints": checkpoint_bytes,
                 "process": HOST_BYTES_PER_RANK}
     if spec.offload_optimizer:
-        per_rank["optimizer"] = (ADAM_BYTES_MIXED if z == 3 else adam_bytes(z, B)) * psi_rank  # offload: fresh fp32 copy
+        # offload keeps a fresh fp32 master copy on the host
+        per_rank["optimizer"] = (ADAM_BYTES_MIXED if z == 3 else adam_bytes(z, B)) * psi_rank
         # fp32 gradient partition the CPU optimizer reads (+ ZeRO-3's low-precision accumulation buffer on CPU)
         per_rank["grads"] = 4 * psi_rank + (B * psi_rank if z == 3 else 0)
     if spec.offload_params:

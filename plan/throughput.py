@@ -6,6 +6,8 @@ tflops_per_gpu and mfu count model FLOPs (no recompute), as nanoGPT's estimate_m
 """
 from __future__ import annotations
 
+from .memory import grad_comm_bytes
+
 # Attained fraction of the dense bf16 peak for large GEMMs: cuBLAS on H100 SXM sustains ~700 of 989 TFLOPS and
 # ~250 of 312 on A100 (NVIDIA's published GEMM figures); it falls for short token dimensions, modelled as
 # m / (m + GEMM_HALF_TOKENS) (the tile-quantization / wave-quantization knee of cuBLAS at a few hundred rows).
@@ -31,14 +33,13 @@ LINK_EFFICIENCY = 0.8
 # Effective pinned host<->device copy bandwidth per GPU: PCIe Gen5 x16 (H100/H200/B200) ~50 of 64 GB/s,
 # PCIe Gen4 x16 (A100) ~25 of 32 GB/s.
 PCIE_GB_PER_S = {"gen5": 50.0, "gen4": 25.0}
-# THE ONE GLOBAL CALIBRATION CONSTANT: parameters per second, per node, that the CPU optimizer step processes
-# under optimizer offload (ZeRO-Offload, Ren et al. 2021: the step runs on the host once per optimizer step, over
-# every rank's fp32 partition; the GPUs wait for it). Datasheet DRAM bandwidth would suggest ~5e9/s, but the
-# attained rate depends on the optimizer implementation (DeepSpeedCPUAdam vs torch's AdamW on CPU, which makes ~10
-# passes over fp32 tensors), the cores each rank's process gets and NUMA placement, none of which a datasheet gives.
-# Set once, globally, to minimize the worst tokens/s error over the HF blog's published Qwen3-4B rows (see
-# bench/planner_accuracy.py); it is not adjusted per row or per model.
-CPU_OPTIMIZER_PARAMS_PER_S = 0.27e9
+# Parameters per second, per node, that the CPU optimizer step processes under optimizer offload: DeepSpeed's
+# CPU Adam (DeepSpeedCPUAdam, which DeepSpeed uses for an offloaded optimizer unless told otherwise, and which the
+# ALST recipes name). ZeRO-Offload (Ren et al., USENIX ATC 2021), Table 2: CPU-Adam updates 1B parameters in 0.22 s
+# and 10B in 2.57 s on a DGX-2's two 24-core Xeon Platinum 8168 -> about 4e9 parameters/s, bounded by the host's
+# memory bandwidth (~30 bytes per parameter streamed). The step runs once per optimizer step over every rank's fp32
+# partition on that node; the GPUs wait for it. (torch's AdamW on the CPU is ~6x slower in the same table.)
+CPU_OPTIMIZER_PARAMS_PER_S = 4.0e9
 # GPU Adam (optimizer on the GPU) streams the same ~30 bytes/param through HBM at ~80% of its bandwidth.
 GPU_ADAM_BYTES_PER_PARAM = 30
 HBM_EFFICIENCY = 0.8
@@ -52,28 +53,26 @@ def pcie_gb_per_s(gpu) -> float:
     return PCIE_GB_PER_S["gen5" if gpu.bf16_dense_tflops >= 500 else "gen4"]
 
 
-def model_flops_per_token(m, seq_len: int) -> float:
-    """Model FLOPs per trained token (forward + backward, no recompute): 6 per matmul weight a token multiplies
-    (Kaplan et al. 2020; the lm_head counts, the embedding lookup does not; MoE: the routed experts only) plus
-    causal attention 6 * L * a * d * S (PaLM appendix B's 12 * L * a * d * S, halved for the causal mask, which
-    flash attention skips). The trainer counts its measured TFLOPS and MFU the same way (worker/trainer/metrics.py
-    keeps its own copy, as it does not import the backend; a unit test holds the two equal), so the planner's
-    prediction and the measurement on the run page are comparable."""
-    return 6 * m.matmul_params + 6 * m.num_hidden_layers * m.num_attention_heads * m.head_dim * seq_len
+def attention_len(spec) -> int:
+    """Tokens each token attends over on average x 2: the sequence, or with packed documents (`document_len`) the
+    document, since attention stops at document boundaries (flash-attn varlen / position_ids reset)."""
+    d = spec.document_len
+    return spec.seq_len if d is None else min(d, spec.seq_len)
 
 
-def flops_per_token(spec) -> dict:
+def flops_per_token(spec, attn_len: int | None = None) -> dict:
     """FLOPs per token. Model FLOPs: 6 per matmul parameter (Kaplan et al. 2020; Narayanan et al. 2021) plus
-    causal attention 6 * L * a * d * S (PaLM appendix B, halved for the causal mask). Hardware FLOPs add the
-    activation-checkpointing recompute (one more forward of every layer), TiledMLP's own recompute and the
-    FlashAttention backward's score recompute."""
-    m, S = spec.model, spec.seq_len
+    causal attention 6 * L * a * d * S (PaLM appendix B, halved for the causal mask), S the attention length
+    (`attention_len`: the document when sequences are packed). Hardware FLOPs add the activation-checkpointing
+    recompute (one more forward of every layer), TiledMLP's own recompute and the FlashAttention backward's score
+    recompute."""
+    m, S = spec.model, attn_len or attention_len(spec)
     L = m.num_hidden_layers
     fwd_layers_mm = 2 * L * m.layer_matmul_params
     fwd_head_mm = 2 * m.vocab_size * m.hidden_size
     fwd_attn = 2 * L * m.num_attention_heads * m.head_dim * S
     fwd_mlp = 2 * L * 3 * m.hidden_size * m.mlp_width
-    model = model_flops_per_token(m, S)               # = 3 * (fwd_layers_mm + fwd_head_mm + fwd_attn)
+    model = m.flops_per_token(S)                      # = 3 * (fwd_layers_mm + fwd_head_mm + fwd_attn)
     hw_mm = 3 * (fwd_layers_mm + fwd_head_mm)
     hw_attn = (1 + ATTN_BWD_FACTOR) * fwd_attn
     if spec.activation_checkpointing:
@@ -97,12 +96,18 @@ def _link_time(spec, nbytes_per_rank: float, group: int) -> float:
     return nbytes_per_rank * (frac_local / bw_local + (1 - frac_local) / bw_remote)
 
 
-def estimate_throughput(spec) -> dict:
-    m, g, B, t, ga, N, sp = spec.model, spec.gpu, spec.dtype_bytes, spec.local_tokens, spec.grad_accum, spec.world, spec.sp
-    fl = flops_per_token(spec)
-    peak = g.bf16_dense_tflops * 1e12 * (0.5 if spec.dtype == "fp32" else 1.0)  # fp32 runs as TF32 at half rate
+def estimate_throughput(spec, attn_len: int | None = None, attn_block: int | None = None) -> dict:
+    """`attn_len` / `attn_block` (plan.ring): the sequence attended over and the length of the blocks the attention
+    kernel runs on, when a rank sees less of the sequence than it attends over (ring attention); both default to
+    the plan's attention length."""
+    m, g, B, t = spec.model, spec.gpu, spec.dtype_bytes, spec.local_tokens
+    ga, N, sp = spec.grad_accum, spec.world, spec.sp
+    S_attn = attn_len or attention_len(spec)
+    fl = flops_per_token(spec, S_attn)
+    peak = g.peak_flops(spec.dtype)
     eta_mm = GEMM_EFFICIENCY * t / (t + GEMM_HALF_TOKENS)
-    eta_attn = ATTN_EFFICIENCY[(spec.attn, gpu_class(g))] * spec.seq_len / (spec.seq_len + ATTN_HALF_SEQ)
+    block = min(attn_block or S_attn, S_attn)
+    eta_attn = ATTN_EFFICIENCY[(spec.attn, gpu_class(g))] * block / (block + ATTN_HALF_SEQ)
     compute_micro = t * (fl["hw_matmul"] / (peak * eta_mm) + fl["hw_attention"] / (peak * eta_attn))
     compute = ga * compute_micro
 
@@ -117,7 +122,7 @@ def estimate_throughput(spec) -> dict:
 
     # ZeRO traffic per rank (ZeRO paper sec. 7: stage 3 moves 3x the parameters per step vs 2x for DP).
     psi, z = m.total_params, spec.zero_stage
-    comm_b = 4 if sp > 1 else B                      # seq_parallel_communication_data_type = fp32 when sp > 1
+    comm_b = grad_comm_bytes(spec)                   # seq_parallel_communication_data_type when sp > 1
     shard = (N - 1) / N
     if z == 3:
         gathers = 3 if spec.activation_checkpointing else 2

@@ -1,9 +1,12 @@
 """Assemble the plan-v1 Estimate from a validated Spec."""
 from __future__ import annotations
 
+from typing import Any
+
+from .errors import FieldError
 from .memory import GIB, estimate_memory
 from .throughput import estimate_throughput
-from .validate import Spec, parse
+from .validation import Spec, validate
 
 
 def _r(x: float, nd: int = 3) -> float:
@@ -19,11 +22,15 @@ def memory_section(spec: Spec, mem: dict) -> dict:
     breakdown = {k: _r(v / GIB) for k, v in mem["breakdown"].items()}
     # Round the parts, then state the peak as their sum so the breakdown adds up exactly (plan-v1 invariant).
     peak = _r(sum(breakdown.values()))
-    device_total = max(peak, _r(mem["device_total"] / GIB))
+    reserved = max(peak, _r(mem["reserved"] / GIB))
+    device_total = max(reserved, _r(mem["device_total"] / GIB))
     capacity = float(spec.gpu.memory_gib)
     cpu = _r(mem["cpu_per_node"] / GIB, 1)
     return {"peak_allocated_gib": peak, "device_total_gib": device_total, "gpu_capacity_gib": capacity,
             "fits": device_total <= capacity, "breakdown_gib": breakdown, "peak_phase": mem["peak_phase"],
+            "reserved_gib": reserved,
+            "allocator_stranded_gib": _r(mem["stranded"] / GIB),
+            "context_and_nccl_gib": _r(device_total - reserved),
             "cpu_gib_per_node": cpu, "cpu_capacity_gib_per_node": spec.cpu_gib_per_node,
             "cpu_fits": cpu <= spec.cpu_gib_per_node,
             "cpu_breakdown_gib_per_node": {k: _r(v / GIB, 1) for k, v in mem["cpu_breakdown_per_node"].items()}}
@@ -35,6 +42,10 @@ def throughput_section(tp: dict) -> dict:
             "mfu": _r(tp["mfu"], 4), "time_breakdown_s": {k: _sig(v) for k, v in tp["time_breakdown_s"].items()}}
 
 
+def invalid(errors: list[FieldError], warnings: list[FieldError] | None = None) -> dict:
+    return {"valid": False, "errors": errors, "warnings": list(warnings or []), "memory": None, "throughput": None}
+
+
 def estimate_spec(spec: Spec, warnings: list | None = None) -> dict:
     mem = estimate_memory(spec)
     tp = estimate_throughput(spec)
@@ -44,12 +55,12 @@ def estimate_spec(spec: Spec, warnings: list | None = None) -> dict:
             "model": {"name": m.name, "params": m.total_params, "local_tokens_per_rank": spec.local_tokens}}
 
 
-def estimate(plan) -> dict:
-    """plan-v1 Estimate for a plan dict. Never raises for user errors: they come back as `valid: false`."""
-    spec, errors, warnings = parse(plan)
-    if spec is None:
-        return {"valid": False, "errors": errors, "warnings": warnings, "memory": None, "throughput": None}
-    return estimate_spec(spec, warnings)
+def estimate(plan: Any) -> dict:
+    """plan-v1 Estimate for a plan (dict or Plan). Never raises for user errors: they come back as `valid: false`."""
+    v = validate(plan)
+    if v.spec is None:
+        return invalid(v.errors, v.warnings)
+    return estimate_spec(v.spec, v.warnings)
 
 
 def fits(spec: Spec) -> bool:

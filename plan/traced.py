@@ -17,7 +17,8 @@ from __future__ import annotations
 import contextlib
 
 from .memory import GIB, estimate_memory
-from .validate import parse
+from .traced_liger import liger_standins
+from .validation import validate
 
 _HF_TYPES = {"qwen3": "qwen3", "qwen2": "qwen2", "mistral": "mistral", "llama": "llama"}
 
@@ -57,20 +58,23 @@ class _Relayout:
             def backward(ctx, g):
                 b, Hl, S, d = g.shape
                 sp = ctx.sp
-                return g.reshape(b, Hl, sp, S // sp, d).transpose(1, 2).reshape(b, Hl * sp, S // sp, d).contiguous(), None
+                out = g.reshape(b, Hl, sp, S // sp, d).transpose(1, 2).reshape(b, Hl * sp, S // sp, d)
+                return out.contiguous(), None
 
         class HeadsToSeq(torch.autograd.Function):
             @staticmethod
             def forward(ctx, x, sp):  # [b, H/sp, S, d] -> [b, S/sp, H, d]
                 b, Hl, S, d = x.shape
                 ctx.sp = sp
-                return x.reshape(b, Hl, sp, S // sp, d).permute(0, 3, 2, 1, 4).reshape(b, S // sp, sp * Hl, d).contiguous()
+                out = x.reshape(b, Hl, sp, S // sp, d).permute(0, 3, 2, 1, 4).reshape(b, S // sp, sp * Hl, d)
+                return out.contiguous()
 
             @staticmethod
             def backward(ctx, g):
                 b, s, H, d = g.shape
                 sp = ctx.sp
-                return g.reshape(b, s, sp, H // sp, d).permute(0, 3, 2, 1, 4).reshape(b, H // sp, sp * s, d).contiguous(), None
+                out = g.reshape(b, s, sp, H // sp, d).permute(0, 3, 2, 1, 4).reshape(b, H // sp, sp * s, d)
+                return out.contiguous(), None
 
         return SeqToHeads, HeadsToSeq
 
@@ -104,11 +108,11 @@ def _emulated_ulysses(sp: int):
         ALL_ATTENTION_FUNCTIONS["sdpa"] = original
 
 
-def config_for_plan(plan: dict, spec):
+def config_for_plan(spec):
     """The HF config to trace: the plan's own config.json when it gives one (any architecture), else the preset's."""
     from transformers import AutoConfig
 
-    raw = (plan.get("model") or {}).get("config") if isinstance(plan, dict) else None
+    raw = spec.plan.model.config
     if isinstance(raw, dict) and raw.get("model_type"):
         kw = {k: v for k, v in raw.items() if k not in ("model_type", "architectures", "_name_or_path",
                                                         "transformers_version", "torch_dtype", "dtype")}
@@ -148,7 +152,8 @@ def trace_peak_bytes(spec, cfg=None) -> dict:
         pos = torch.arange(s).unsqueeze(0).expand(b, s)
         tracker = MemTracker()
         tracker.track_external(model, ids, labels, pos)
-        with _emulated_ulysses(spec.sp), tracker:
+        liger = liger_standins(model) if spec.liger_kernel else contextlib.nullcontext()
+        with _emulated_ulysses(spec.sp), liger, tracker:
             loss = model(input_ids=ids, labels=labels, position_ids=pos).loss
             loss.backward()
         snap = tracker.get_tracker_snapshot("peak")
@@ -170,16 +175,18 @@ def analytical_activation_peak(spec) -> float:
 
 def traced_estimate(plan) -> dict:
     """Traced vs analytical activation+logits peak (GiB) for a plan's per-rank shard."""
-    spec, errors, warnings = parse(plan)
+    v = validate(plan)
+    spec = v.spec
     if spec is None:
-        return {"valid": False, "errors": errors}
+        return {"valid": False, "errors": v.errors}
     try:
-        traced = trace_peak_bytes(spec, config_for_plan(plan, spec))
+        traced = trace_peak_bytes(spec, config_for_plan(spec))
     except ValueError as e:  # e.g. an architecture without sdpa support under sp_size > 1
         return {"valid": False, "errors": [{"field": "model.config", "message": f"cannot trace this model: {e}"}]}
     analytical = analytical_activation_peak(spec)
     not_traced = [k for k in ("tiled_mlp", "tiled_logits_loss", "checkpoint_offload") if getattr(spec, k)]
     return {"valid": True, "not_traced": not_traced,
+            "liger": "stand-ins with Liger's allocations (Triton does not run on CPU)" if spec.liger_kernel else None,
             "traced_activation_peak_gib": traced["activation_peak"] / GIB,
             "analytical_activation_peak_gib": analytical / GIB,
             "ratio": analytical / traced["activation_peak"] if traced["activation_peak"] else None,

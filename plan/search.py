@@ -1,30 +1,20 @@
 """Max-context search and sweeps over (sp_size, seq_len) for the planner charts."""
 from __future__ import annotations
 
-import copy
+from typing import Any
 
-from .estimator import estimate_spec, fits
-from .validate import Spec, parse
+from .estimator import estimate_spec, fits, invalid
+from .model import Plan
+from .validation import Spec, parse, validate
 
 MAX_SEARCH_TOKENS = 2 ** 27           # 134M tokens: far beyond any published run (ALST: 15M on 32 GPUs)
 MAX_DEFAULT_SP = 64
 MAX_DEFAULT_SERIES = 8
 
 
-def _plan_with(plan: dict, **training) -> dict:
-    p = copy.deepcopy(plan) if isinstance(plan, dict) else plan
-    if isinstance(p, dict):
-        t = p.get("training")
-        p["training"] = {**(t if isinstance(t, dict) else {}), **training}
-    return p
-
-
-def _sp_of(plan) -> int:
-    try:
-        sp = plan["parallel"]["sp_size"]
-        return sp if isinstance(sp, int) and sp > 0 else 1
-    except (KeyError, TypeError):
-        return 1
+def at_seq_len(plan: Plan, seq_len: int) -> Plan:
+    """The plan at another seq_len, without its run section (a search estimates the plan, not the run)."""
+    return plan.model_copy(update={"training": plan.training.model_copy(update={"seq_len": seq_len}), "run": None})
 
 
 def max_seq_for_spec(spec: Spec) -> int:
@@ -57,19 +47,20 @@ def _bisect(spec: Spec, lo: int, hi: int) -> int:
     return lo
 
 
-def max_seq_len(plan) -> dict:
+def max_seq_len(data: Any) -> dict:
     """`{"max_seq_len": N, "estimate": {...}}`: the longest seq_len (multiple of sp_size) for which the GPU
     (`fits`) and host memory (`cpu_fits`) suffice; the estimate is at that length. An invalid plan answers
     `max_seq_len: null` with the invalid estimate (its seq_len is ignored: the search sets it)."""
-    sp = _sp_of(plan)
-    spec, errors, warnings = parse(_plan_with(plan, seq_len=sp))
-    if spec is None:
-        return {"max_seq_len": None, "estimate": {"valid": False, "errors": errors, "warnings": warnings,
-                                                  "memory": None, "throughput": None}}
-    n = max_seq_for_spec(spec)
-    at = spec.with_(seq_len=max(n, sp))
-    _, _, warnings = parse(_plan_with(plan, seq_len=at.seq_len))
-    return {"max_seq_len": n, "estimate": estimate_spec(at, warnings)}
+    plan, errors = parse(data)
+    if plan is None:
+        return {"max_seq_len": None, "estimate": invalid(errors)}
+    sp = plan.parallel.sp_size
+    v = validate(at_seq_len(plan, sp))
+    if v.spec is None:
+        return {"max_seq_len": None, "estimate": invalid(v.errors, v.warnings)}
+    n = max_seq_for_spec(v.spec)
+    at = validate(at_seq_len(plan, max(n, sp)))  # the warnings at that length
+    return {"max_seq_len": n, "estimate": estimate_spec(at.spec or v.spec, at.warnings)}
 
 
 def _kv_ok(kv: int, sp: int) -> bool:
@@ -95,41 +86,38 @@ def default_seq_lens(top: int) -> list[int]:
     return sorted(x for x in out if x <= min(2 * top, MAX_SEARCH_TOKENS))
 
 
-def _hardware_for_world(plan: dict, world: int) -> dict:
-    hw = dict(plan.get("hardware") or {}) if isinstance(plan.get("hardware"), dict) else {}
-    per_node = hw.get("gpus_per_node") if isinstance(hw.get("gpus_per_node"), int) and hw["gpus_per_node"] > 0 else 8
-    if world <= per_node or world % per_node:
-        hw.update(gpus_per_node=world, num_nodes=1)
-    else:
-        hw.update(gpus_per_node=per_node, num_nodes=world // per_node)
-    return hw
-
-
-def sweep(plan, sp_sizes: list[int] | None = None, seq_lens: list[int] | None = None) -> dict:
+def sweep(data: Any, sp_sizes: list[int] | None = None, seq_lens: list[int] | None = None) -> dict:
     """Memory and tokens/s over seq_len for several sp_size values (`POST /api/estimate/sweep`).
 
-    For each sp_size the GPU count follows (world = sp_size x dp_size, dp_size kept). Each seq_len is rounded
-    down to a multiple of that sp_size. Invalid sp sizes come back with `valid: false` and their errors."""
-    sp0 = _sp_of(plan)
-    base, errors, warnings = parse(_plan_with(plan, seq_len=sp0))
-    if base is None:
-        return {"valid": False, "errors": errors, "seq_lens": [], "series": [], "gpu_capacity_gib": None}
-    dp = base.dp
-    sps = list(sp_sizes) if sp_sizes else default_sp_sizes(base)
-    specs = {}
-    series_errors = {}
+    The plan's GPU count is kept: for each sp_size, dp_size = GPUs / sp_size (the hardware never changes, so a
+    row is a layout of the GPUs the user has). An sp_size that does not divide the GPU count, and any other invalid
+    one, comes back with `valid: false` and its errors. Each seq_len is rounded down to a multiple of sp_size.
+    Default sp sizes: the model's head-compatible sizes that divide the GPU count."""
+    plan, errors = parse(data)
+    v = validate(at_seq_len(plan, plan.parallel.sp_size)) if plan is not None else None
+    if v is None or v.spec is None:
+        return {"valid": False, "errors": v.errors if v else errors, "seq_lens": [], "series": [],
+                "gpu_capacity_gib": None}
+    base = v.spec
+    world = base.world
+    sps = list(sp_sizes) if sp_sizes else [sp for sp in default_sp_sizes(base) if world % sp == 0]
+    specs: dict[int, Spec] = {}
+    series_errors: dict[int, list] = {}
     for sp in sps:
         if isinstance(sp, bool) or not isinstance(sp, int) or sp < 1:
             series_errors[sp] = [{"field": "sp_sizes", "message": f"sp_size must be a positive integer, got {sp!r}"}]
             continue
-        p = copy.deepcopy(plan)
-        p["parallel"] = {**(plan.get("parallel") or {}), "sp_size": sp, "dp_size": dp}
-        p["hardware"] = _hardware_for_world(plan, sp * dp)
-        s, errs, _ = parse(_plan_with(p, seq_len=sp))
-        if s is None:
-            series_errors[sp] = errs
+        if world % sp:
+            series_errors[sp] = [{"field": "parallel.sp_size", "message": f"sp_size {sp} does not divide the plan's "
+                                                                          f"{world} GPUs"}]
+            continue
+        p = at_seq_len(base.plan.model_copy(update={"parallel": base.plan.parallel.model_copy(
+            update={"sp_size": sp, "dp_size": world // sp})}), sp)
+        s = validate(p)
+        if s.spec is None:
+            series_errors[sp] = s.errors
         else:
-            specs[sp] = s
+            specs[sp] = s.spec
     max_seqs = {sp: max_seq_for_spec(s) for sp, s in specs.items()}
     grid = sorted(set(int(x) for x in seq_lens)) if seq_lens else default_seq_lens(max(max_seqs.values(), default=0))
     series = []
@@ -139,12 +127,13 @@ def sweep(plan, sp_sizes: list[int] | None = None, seq_lens: list[int] | None = 
                            "peak_allocated_gib": [None] * len(grid), "device_total_gib": [None] * len(grid),
                            "tokens_per_s": [None] * len(grid), "fits": [None] * len(grid)})
             continue
-        s = specs[sp]
-        row = {"sp_size": sp, "valid": True, "gpus": s.world, "max_seq_len": max_seqs[sp],
-               "peak_allocated_gib": [], "device_total_gib": [], "tokens_per_s": [], "fits": []}
+        spec = specs[sp]
+        row: dict = {"sp_size": sp, "dp_size": spec.dp, "valid": True, "errors": [], "gpus": spec.world,
+                     "max_seq_len": max_seqs[sp],
+                     "peak_allocated_gib": [], "device_total_gib": [], "tokens_per_s": [], "fits": []}
         for n in grid:
             seq = max(sp, n // sp * sp)
-            e = estimate_spec(s.with_(seq_len=seq))
+            e = estimate_spec(spec.with_(seq_len=seq))
             row["peak_allocated_gib"].append(e["memory"]["peak_allocated_gib"])
             row["device_total_gib"].append(e["memory"]["device_total_gib"])
             row["tokens_per_s"].append(e["throughput"]["tokens_per_s"])

@@ -2,7 +2,7 @@
 comes from the Estimate as it is, so the text and the JSON never disagree."""
 from __future__ import annotations
 
-from .validate import Spec, parse
+from .validation import Spec, validate
 
 
 def _si(x: float) -> str:
@@ -41,7 +41,8 @@ def text_report(plan: dict, estimate: dict, max_seq: int | None = None) -> str:
         lines.append("not a valid plan:")
         lines += [f"  {e['field']}: {e['message']}" for e in estimate.get("errors", [])]
     else:
-        spec = parse(plan)[0]
+        spec = validate(plan).spec
+        assert spec is not None  # the estimate is valid
         if max_seq is not None:  # the estimate is at the length the search found (sp_size when nothing fits)
             spec = spec.with_(seq_len=max(max_seq, spec.sp))
         lines.append(f"{spec.model.name} ({_count(spec.model.total_params)} params): {_setup(spec)}")
@@ -53,6 +54,10 @@ def text_report(plan: dict, estimate: dict, max_seq: int | None = None) -> str:
                      f"({m.get('peak_phase', '?')}), {m['device_total_gib']:.2f} GiB device total of "
                      f"{m['gpu_capacity_gib']:.0f} GiB: {'fits' if m['fits'] else 'DOES NOT FIT'}")
         lines.append(f"  {_parts(m['breakdown_gib'], ' GiB', '.3g')}")
+        if m.get("reserved_gib") is not None:
+            lines.append(f"  device total = allocator reserved {m['reserved_gib']:.2f} GiB (of which "
+                         f"{m['allocator_stranded_gib']:.2f} stranded by a split transient block) + CUDA context and "
+                         f"NCCL {m['context_and_nccl_gib']:.2f} GiB")
         lines.append(f"CPU memory per node: {m['cpu_gib_per_node']:.1f} GiB of {m['cpu_capacity_gib_per_node']:.0f} "
                      f"GiB: {'fits' if m['cpu_fits'] else 'DOES NOT FIT'}")
         if m.get("cpu_breakdown_gib_per_node"):

@@ -1,0 +1,308 @@
+"""What a plan turns into at launch: the DeepSpeed config, the Accelerate parallelism settings and config file, the
+TrainingArguments the trainer builds, and the torchrun command. The trainer builds its run from these very
+functions, so what `ulab train --dry-run` prints and what a user copies from the planner is what runs.
+
+Pure functions (no torch): `ulab plan`, the API and the trainer's dry run call them in microseconds.
+"""
+from __future__ import annotations
+
+import json
+import math
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import first_line
+from .model import Plan, StagePlan
+from .validation import Spec, validate
+
+SP_BACKEND = "deepspeed"
+# ZeRO communication buckets: DeepSpeed's 5e7-element default, but never more than the model itself (a tiny model
+# would be dwarfed by them and every rank would hold buffers many times its size).
+MAX_BUCKET_ELEMENTS = int(5e7)
+MIN_BUCKET_ELEMENTS = int(1e5)
+# Stopping a run (SIGTERM): the ranks finish the step and save a checkpoint, so the grace before SIGKILL must cover
+# a ZeRO-3 save. Bytes a save writes per parameter: fp32 master weights + Adam's two moments (12, spread over the
+# ranks' optimizer shards, written in parallel by every node) and the 16-bit model that rank 0 gathers and writes
+# (2, one node). The write rate is an assumption, not a measurement: 1 GB/s sustained per node to the run
+# directory (a shared NFS/Lustre client; local NVMe is faster), so the default errs on the long side. The floor
+# is torchrun's own default shutdown timeout (30 s, torch/distributed/launcher/api.py).
+SAVE_SHARD_BYTES_PER_PARAM = 12
+SAVE_GATHERED_BYTES_PER_PARAM = 2
+SAVE_WRITE_BYTES_PER_S_PER_NODE = 1e9
+MIN_STOP_GRACE_S = 30.0
+# Multi-node exports: the main node's address is not known to the planner; the user fills this placeholder once
+# (export MAIN_NODE_IP=... on every node; the Accelerate YAMLs name it literally). The port is torchrun's default.
+MAIN_NODE_PLACEHOLDER = "MAIN_NODE_IP"
+RDZV_PORT = 29500
+# A stop, in order (the one place these times are set): SIGTERM reaches `ulab train`, which forwards it once to
+# torchrun, which sends it to every rank; the ranks have `stop_grace_s` to finish the step and save (torchrun's
+# --shutdown-timeout), then torchrun SIGKILLs them. `ulab train` gives torchrun TORCHRUN_EXIT_S more to exit, then
+# SIGKILLs whatever of the attempt is still running. The worker waits `stop_grace_s` + ULAB_CANCEL_GRACE_S
+# (worker/tasks.py stop_wait_s) before it does the same, and then checks that nothing is left.
+TORCHRUN_EXIT_S = 5.0
+
+
+def as_spec(data: Any) -> Spec:
+    """A Spec from a plan dict, a Plan or a Spec; ValueError naming the first broken field otherwise."""
+    if isinstance(data, Spec):
+        return data
+    v = validate(data)
+    if v.spec is None:
+        raise ValueError(first_line(v.errors))
+    return v.spec
+
+
+def nodes_and_ranks_per_node(data: Any) -> tuple[int, int]:
+    """(num_nodes, ranks per node): the plan's world (sp*dp) spread evenly over `hardware.num_nodes`."""
+    plan = as_spec(data).plan
+    nnodes = plan.hardware.num_nodes
+    return nnodes, max(1, plan.world_size // nnodes)
+
+
+def effective_attn(plan: Plan, cuda: bool) -> str:
+    """The attention kernel a run uses: the plan's on CUDA; sdpa on CPU ranks (the flash kernels need CUDA)."""
+    return plan.training.attn_implementation if cuda else "sdpa"
+
+
+def deepspeed_config(data: Any) -> dict:
+    """The DeepSpeed config the trainer hands to Transformers/Accelerate for this plan.
+
+    Optimizer and scheduler are left to the Transformers Trainer (torch AdamW + its LR schedule), so the same
+    config works for ZeRO 0-3 with or without offload; `train_batch_size` is "auto" because the Trainer
+    computes it from the world size.
+    """
+    spec = as_spec(data)
+    t = spec.plan.training
+    bucket = max(MIN_BUCKET_ELEMENTS, min(MAX_BUCKET_ELEMENTS, spec.model.total_params))
+    zero: dict[str, Any] = {"stage": t.zero_stage, "overlap_comm": False, "contiguous_gradients": True,
+                            "reduce_bucket_size": bucket, "allgather_bucket_size": bucket}
+    if t.zero_stage == 3:
+        zero.update({"stage3_gather_16bit_weights_on_model_save": True, "stage3_prefetch_bucket_size": bucket,
+                     "stage3_param_persistence_threshold": 1e4})
+    if t.offload_optimizer:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    if t.offload_params:
+        zero["offload_param"] = {"device": "cpu", "pin_memory": True}
+    config = {
+        "train_micro_batch_size_per_gpu": t.micro_batch_size,
+        "gradient_accumulation_steps": t.grad_accum,
+        "train_batch_size": "auto",
+        "gradient_clipping": t.max_grad_norm,
+        "zero_optimization": zero,
+        "bf16": {"enabled": t.dtype == "bf16"},
+        "fp16": {"enabled": t.dtype == "fp16"},
+        # With the optimizer offloaded, Accelerate swaps the Trainer's torch AdamW for DeepSpeedCPUAdam (same
+        # lr, betas, eps, weight decay; accelerate/utils/deepspeed.py map_pytorch_optim_to_deepspeed): the
+        # multi-threaded SIMD Adam that ALST and the planner's optimizer-step time assume.
+        "zero_force_ds_cpu_optimizer": True,
+        "zero_allow_untested_optimizer": True,
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+    }
+    # the dtype of the gradient reduction under sequence parallelism (DeepSpeed's key; it applies it when sp > 1)
+    config["seq_parallel_communication_data_type"] = t.seq_parallel_communication_data_type
+    return config
+
+
+def stop_grace_s(data: Any) -> float:
+    """Seconds between SIGTERM and SIGKILL when a run is stopped: `run.stop_grace_s`, or the time a ZeRO-3
+    checkpoint of the model takes to write (see SAVE_* above), never under torchrun's own 30 s."""
+    spec = as_spec(data)
+    run = spec.plan.run
+    if run is not None and run.stop_grace_s is not None:
+        return float(run.stop_grace_s)
+    n = spec.model.total_params
+    written = SAVE_SHARD_BYTES_PER_PARAM * n / spec.plan.hardware.num_nodes + SAVE_GATHERED_BYTES_PER_PARAM * n
+    return float(round(MIN_STOP_GRACE_S + written / SAVE_WRITE_BYTES_PER_S_PER_NODE))
+
+
+def stop_grace_or_floor(data: Any) -> float:
+    """`stop_grace_s` of a plan, or torchrun's 30 s floor for one this version cannot read (a stored plan)."""
+    try:
+        return stop_grace_s(data)
+    except ValueError:
+        return MIN_STOP_GRACE_S
+
+
+def launcher_stop_wait_s(data: Any) -> float:
+    """How long `ulab train` waits for torchrun after forwarding a stop before it SIGKILLs the attempt."""
+    return stop_grace_or_floor(data) + TORCHRUN_EXIT_S
+
+
+def parallelism(data: Any, seq_len: int | None = None, cuda: bool = True) -> dict:
+    """What the trainer passes to Accelerate's `ParallelismConfig` (and its DeepSpeed SP handler)."""
+    plan = as_spec(data).plan
+    # dp_shard_size is the data-parallel degree: Accelerate's train_batch_size (micro x accum x dp_shard) must
+    # equal DeepSpeed's (micro x accum x world / sp), or DeepSpeed's batch-size assertion stops every sp x dp run
+    return {"sp_size": plan.parallel.sp_size, "dp_shard_size": plan.parallel.dp_size, "sp_backend": SP_BACKEND,
+            "sp_seq_length": seq_len if seq_len is not None else plan.training.seq_len,
+            "sp_seq_length_is_variable": True, "sp_attn_implementation": effective_attn(plan, cuda)}
+
+
+def training_arguments(plan: Plan, stage: StagePlan, cuda: bool) -> dict:
+    """The Transformers `TrainingArguments` a stage is built with (beyond paths, DeepSpeed and parallelism)."""
+    t, run = plan.training, plan.run
+    seed = run.seed if run is not None else 0
+    return {
+        "per_device_train_batch_size": t.micro_batch_size,
+        "gradient_accumulation_steps": t.grad_accum,
+        "max_steps": stage.steps,
+        "learning_rate": stage.learning_rate,
+        "lr_scheduler_type": stage.lr_scheduler,
+        "warmup_steps": stage.warmup_steps,
+        "weight_decay": run.weight_decay if run is not None else 0.0,
+        "max_grad_norm": t.max_grad_norm,
+        "optim": "adamw_torch_fused",  # DeepSpeedCPUAdam replaces it when the optimizer is offloaded
+        "use_liger_kernel": t.liger_kernel,
+        "bf16": t.dtype == "bf16",
+        "fp16": t.dtype == "fp16",
+        "seed": seed,
+        "data_seed": seed,
+        "activation_checkpointing": t.activation_checkpointing,
+        "activation_checkpointing_kwargs": {"use_reentrant": False} if t.activation_checkpointing else None,
+        "use_cpu": not cuda,
+    }
+
+
+def deepspeed_config_resolved(data: Any) -> dict:
+    """The DeepSpeed config with nothing left to fill: `train_batch_size` is micro x accum x dp (DeepSpeed's
+    data-parallel world is world / sp under Ulysses), so `deepspeed.initialize` / `DeepSpeedConfig` load it
+    without the Transformers Trainer. The trainer itself uses `deepspeed_config` ("auto" filled by Transformers)."""
+    spec = as_spec(data)
+    t = spec.plan.training
+    return {**deepspeed_config(spec), "train_batch_size": t.micro_batch_size * t.grad_accum * spec.dp}
+
+
+def accelerate_config(data: Any, machine_rank: int = 0) -> dict:
+    """An `accelerate launch --config_file` config equivalent to what the trainer sets up in code, for the node
+    `machine_rank` (several nodes: one file per node; the main node's address is a placeholder to fill once)."""
+    spec = as_spec(data)
+    t = spec.plan.training
+    nnodes, _ = nodes_and_ranks_per_node(spec)
+    par = parallelism(spec)
+    ds: dict[str, Any] = {
+        "zero_stage": t.zero_stage,
+        "gradient_accumulation_steps": t.grad_accum,
+        "gradient_clipping": t.max_grad_norm,
+        "offload_optimizer_device": "cpu" if t.offload_optimizer else "none",
+        "offload_param_device": "cpu" if t.offload_params else "none",
+        "zero3_init_flag": t.zero_stage == 3,
+    }
+    if t.zero_stage == 3:
+        ds["zero3_save_16bit_model"] = True
+    if nnodes > 1:
+        ds["deepspeed_multinode_launcher"] = "standard"  # torchrun-style: one launch per node, no hostfile/pdsh
+    return {
+        "compute_environment": "LOCAL_MACHINE",
+        "distributed_type": "DEEPSPEED",
+        "deepspeed_config": ds,
+        "mixed_precision": {"bf16": "bf16", "fp16": "fp16"}.get(t.dtype, "no"),
+        "num_machines": nnodes,
+        "num_processes": spec.world,
+        "machine_rank": machine_rank,
+        **({"main_process_ip": MAIN_NODE_PLACEHOLDER, "main_process_port": RDZV_PORT} if nnodes > 1 else {}),
+        "rdzv_backend": "c10d" if nnodes > 1 else "static",
+        "same_network": True,
+        "parallelism_config": {
+            "parallelism_config_dp_shard_size": par["dp_shard_size"],
+            "parallelism_config_sp_size": par["sp_size"],
+            "parallelism_config_sp_backend": par["sp_backend"],
+            "parallelism_config_sp_seq_length_is_variable": par["sp_seq_length_is_variable"],
+            "parallelism_config_sp_attn_implementation": par["sp_attn_implementation"],
+        },
+        "use_cpu": False,
+    }
+
+
+def accelerate_config_yaml(data: Any, machine_rank: int = 0) -> str:
+    return yaml.safe_dump(accelerate_config(data, machine_rank), sort_keys=False)
+
+
+def torchrun_command(
+    plan_path: str | Path,
+    run_dir: str | Path,
+    *,
+    resume: bool = False,
+    nproc_per_node: int,
+    nnodes: int = 1,
+    node_rank: int = 0,
+    rdzv_endpoint: str | None = None,
+    rdzv_id: str | None = None,
+    shutdown_timeout: float | None = None,
+    python: str = sys.executable,
+) -> list[str]:
+    """The argument list that starts the trainer's ranks on this node (never a shell string).
+
+    One node: `--standalone` (a private c10d store on a free local port, so concurrent runs never collide).
+    Several nodes: c10d rendezvous at `rdzv_endpoint` (host:port) under `rdzv_id`; every node runs the same
+    list with its own `node_rank`. c10d assigns the global ranks; node_rank is passed for logs and for
+    the static fallback only. `shutdown_timeout` (stop_grace_s) is how long torchrun lets the ranks save after
+    SIGTERM before it kills them (its default, 30 s, is too short for a large model's checkpoint).
+    """
+    if nproc_per_node < 1:
+        raise ValueError("nproc_per_node must be at least 1")
+    cmd = [str(python), "-m", "torch.distributed.run", "--nproc-per-node", str(int(nproc_per_node))]
+    if nnodes > 1:
+        if not rdzv_endpoint:
+            raise ValueError("a run over several nodes needs rdzv_endpoint (host:port of the rendezvous)")
+        cmd += ["--nnodes", str(int(nnodes)), "--node-rank", str(int(node_rank)),
+                "--rdzv-backend", "c10d", "--rdzv-endpoint", str(rdzv_endpoint),
+                "--rdzv-id", str(rdzv_id or "ulab"), "--rdzv-conf", "join_timeout=120"]
+    else:
+        cmd += ["--standalone", "--nnodes", "1"]
+    if shutdown_timeout is not None:
+        cmd += ["--shutdown-timeout", str(int(math.ceil(shutdown_timeout)))]
+    cmd += ["--max-restarts", "0", "-m", "worker.trainer", "--plan", str(Path(plan_path)), "--run-dir",
+            str(Path(run_dir))]
+    if resume:
+        cmd.append("--resume")
+    return cmd
+
+
+def launch_command(spec: Spec, node_rank: int = 0) -> str:
+    """The torchrun line a user pastes on node `node_rank` (multi-node: $MAIN_NODE_IP, exported once on every
+    node, is the address of node 0)."""
+    nnodes, per_node = nodes_and_ranks_per_node(spec)
+    cmd = torchrun_command("plan.json", "runs/my-run", nproc_per_node=per_node, nnodes=nnodes, node_rank=node_rank,
+                           rdzv_endpoint=f"${MAIN_NODE_PLACEHOLDER}:{RDZV_PORT}" if nnodes > 1 else None,
+                           shutdown_timeout=stop_grace_s(spec), python="python")
+    command = " ".join(a if a.startswith("$") else shlex.quote(a) for a in cmd)
+    if nnodes > 1:
+        command += f"  # node {node_rank} of {nnodes}"
+    return command
+
+
+def exports(data: Any) -> dict:
+    """The files and lines a plan turns into, ready to paste (plan.results.Exports); an invalid plan answers
+    `{"valid": false, "errors": [...]}`. `deepspeed_json` has every value resolved; `deepspeed_json_hf_trainer`
+    keeps "auto" for the Transformers Trainer to fill. Several nodes: one Accelerate YAML and one torchrun line
+    per node."""
+    v = validate(data)
+    if v.spec is None:
+        return {"valid": False, "errors": v.errors}
+    nodes = range(v.spec.num_nodes)
+    return {"valid": True, "errors": [], "accelerate_yaml": accelerate_config_yaml(v.spec),
+            "deepspeed_json": json.dumps(deepspeed_config_resolved(v.spec), indent=2) + "\n",
+            "deepspeed_json_hf_trainer": json.dumps(deepspeed_config(v.spec), indent=2) + "\n",
+            "launch_command": launch_command(v.spec),
+            "accelerate_yaml_per_node": [accelerate_config_yaml(v.spec, n) for n in nodes],
+            "launch_commands_per_node": [launch_command(v.spec, n) for n in nodes],
+            "plan_json": json.dumps(v.spec.plan.effective(), indent=2) + "\n"}
+
+
+def dry_run(data: Any, cuda: bool) -> dict:
+    """What `ulab train --dry-run` prints: the defaulted plan and the settings it turns into on this machine
+    (`cuda` False: CPU ranks, gloo, sdpa). Raises ValueError naming the first broken field."""
+    spec = as_spec(data)
+    plan = spec.plan
+    stages = plan.stages() or [StagePlan(seq_len=plan.training.seq_len, steps=0, learning_rate=0.0,
+                                         warmup_steps=0, lr_scheduler="constant")]
+    first = stages[0]
+    return {"plan": plan.effective(), "device": "cuda" if cuda else "cpu",
+            "deepspeed": deepspeed_config(spec), "parallelism": parallelism(spec, first.seq_len, cuda),
+            "training_args": training_arguments(plan, first, cuda), "stop_grace_s": stop_grace_s(spec),
+            "stages": [s.model_dump() for s in plan.stages()]}

@@ -1,0 +1,237 @@
+"""The plan-v1 model (docs/plan-v1.md): every field, its default and its allowed values, written once.
+
+A plan travels from the browser form through `POST /api/plans`, the planner, the stored run and `ulab train` to
+the GPUs. Everything reads it through these classes, so a default or an allowed value can only mean one thing.
+
+- Unknown keys are refused (`extra="forbid"`); `plan.errors` names them with the closest known key as a hint.
+- Types are strict: `"3"` is not a ZeRO stage and `1` is not `true`.
+- Rules that tie fields together (world size, divisibility by sp_size, ...) need the model's architecture and
+  live in `plan.rules`; `plan.validate` runs both and answers every broken rule at once.
+
+To add a field: declare it here with its default and bounds (and a docstring line); the API, the OpenAPI schema,
+the dashboard's generated types, `ulab plan --effective` and the trainer's dry run pick it up from here.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+
+# Attention kernels a plan may name. Ulysses (sp_size > 1) refuses "eager" (plan.rules): DeepSpeed's
+# UlyssesSPAttentionHF needs a causal kernel that takes no mask.
+AttnImplementation = Literal["flash_attention_2", "flash_attention_3", "sdpa", "flex_attention", "eager"]
+Dtype = Literal["bf16", "fp16", "fp32"]
+LrScheduler = Literal["constant", "linear", "cosine"]
+DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+
+class Section(BaseModel):
+    """A plan section: unknown keys are errors, types are strict, assignment re-validates nothing."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class ModelSection(Section):
+    """Exactly one of `preset` (a catalog name) or `config` (a Hugging Face config.json)."""
+
+    preset: str | None = Field(None, max_length=200, examples=["Qwen/Qwen3-4B"])
+    config: dict[str, Any] | None = Field(None, description="A Hugging Face config.json (any architecture the "
+                                                            "planner can read: hidden_size, num_hidden_layers, ...)")
+
+
+class CustomGpu(Section):
+    """A GPU that is not in the catalog: the columns of the catalog's gpus.csv. The bounds reach far past any
+    accelerator on both sides, so every estimate stays a finite number."""
+
+    name: str = Field("custom", max_length=100)
+    memory_gib: float = Field(ge=0.1, le=100_000)
+    hbm_tb_per_s: float = Field(ge=0.001, le=10_000)
+    bf16_dense_tflops: float = Field(ge=0.001, le=1_000_000)
+    nvlink_gb_per_s_per_direction: float = Field(ge=0.001, le=1_000_000)
+    typical_internode_gb_per_s: float = Field(ge=0.001, le=1_000_000)
+
+
+def _gpu_kind(value: Any) -> str | None:
+    if isinstance(value, str):
+        return "gpu-name"
+    if isinstance(value, dict | CustomGpu):
+        return "gpu-object"
+    return None
+
+
+# Tags of tagged unions appear in pydantic's error locations; plan.errors drops them from field names.
+UNION_TAGS = frozenset({"gpu-name", "gpu-object"})
+GpuChoice = Annotated[
+    Annotated[str, Tag("gpu-name")] | Annotated[CustomGpu, Tag("gpu-object")],
+    Discriminator(_gpu_kind, custom_error_type="gpu_type",
+                  custom_error_message="must be a GPU name from the catalog or an object with the columns "
+                                       "name, memory_gib, hbm_tb_per_s, bf16_dense_tflops, "
+                                       "nvlink_gb_per_s_per_direction, typical_internode_gb_per_s"),
+]
+
+
+class Hardware(Section):
+    gpu: GpuChoice = Field(description="A catalog GPU name (GET /api/catalog) or a custom GPU object",
+                           examples=["H100-80GB"])
+    gpus_per_node: int = Field(1, ge=1, le=1024)
+    num_nodes: int = Field(1, ge=1, le=4096)
+    cpu_memory_gib_per_node: float = Field(1024.0, gt=0, le=1_000_000,
+                                           description="Host memory per node, for offloaded states and checkpoints")
+
+
+class Parallel(Section):
+    """The world is sp_size x dp_size ranks; it must equal gpus_per_node x num_nodes."""
+
+    sp_size: int = Field(1, ge=1, le=4096, description="Ulysses sequence-parallel degree")
+    dp_size: int = Field(1, ge=1, le=65536, description="Data-parallel replicas of each SP group")
+
+
+class Training(Section):
+    """Defaults are what a user of ALST expects on a GPU: ZeRO-3, activation checkpointing, flash attention 2.
+    A CPU run (no CUDA) trains with sdpa instead and says so in its log."""
+
+    seq_len: int = Field(ge=1, le=1 << 30, description="Tokens per sequence (a multiple of sp_size)")
+    micro_batch_size: int = Field(1, ge=1, le=4096)
+    grad_accum: int = Field(1, ge=1, le=65536)
+    dtype: Dtype = "bf16"
+    zero_stage: int = Field(3, ge=0, le=3, description="DeepSpeed ZeRO stage 0-3")
+    offload_optimizer: bool = False
+    offload_params: bool = False
+    activation_checkpointing: bool = True
+    checkpoint_offload: bool = False
+    tiled_mlp: bool = False
+    tiled_logits_loss: bool = False
+    attn_implementation: AttnImplementation = "flash_attention_2"
+    max_grad_norm: float = Field(1.0, ge=0, le=1e6, description="Gradient clipping (0: none)")
+    liger_kernel: bool = Field(False, description="Liger kernels (fused SwiGLU, RMSNorm, RoPE, fused linear "
+                                                  "cross-entropy) as Transformers' use_liger_kernel; CUDA only")
+    seq_parallel_communication_data_type: Literal["fp32", "bf16"] = Field(
+        "fp32", description="DeepSpeed's dtype for the gradient reduction of sequence-parallel runs (its key and "
+                            "default)")
+    document_len: int | None = Field(None, ge=1, le=1 << 30, description="Mean tokens per packed document; absent: "
+                                                                         "every sequence is one document")
+    expandable_segments: bool = Field(False, description="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+
+
+class Stage(Section):
+    """One stage of progressive context extension; learning-rate fields default to the run's."""
+
+    seq_len: int = Field(ge=1, le=1 << 30)
+    steps: int = Field(ge=1, le=10_000_000)
+    learning_rate: float | None = Field(None, gt=0, le=10)
+    warmup_steps: int | None = Field(None, ge=0, le=10_000_000)
+    lr_scheduler: LrScheduler | None = None
+
+
+class Data(Section):
+    path: str = Field(min_length=1, max_length=4096, examples=["examples/data/sample.txt"],
+                      description="A text, JSONL or Parquet file, or a datasets directory saved with save_to_disk")
+    text_field: str = Field("text", min_length=1, max_length=200, description="JSONL key / column with the text")
+    split: Literal["blank_line", "line"] = Field("blank_line", description="How a text file separates documents")
+
+
+class RunSection(Section):
+    """What the trainer reads besides the plan (trainer-v1). `model_path` null builds `model.config` with random
+    weights (tests, CPU). Without `stages`, the run is one stage of `steps` at `training.seq_len`."""
+
+    steps: int = Field(20, ge=1, le=10_000_000)
+    learning_rate: float = Field(1e-4, gt=0, le=10)
+    warmup_steps: int = Field(0, ge=0, le=10_000_000)
+    lr_scheduler: LrScheduler = "constant"
+    weight_decay: float = Field(0.0, ge=0, le=10)
+    seed: int = Field(0, ge=0, le=2**31 - 1)
+    data: Data
+    model_path: str | None = Field(None, min_length=1, max_length=4096,
+                                   description="A local checkpoint directory or a Hugging Face hub id")
+    checkpoint_every: int = Field(100, ge=0, le=10_000_000, description="Steps between checkpoints (0: never)")
+    keep_checkpoints: int = Field(2, ge=1, le=1000)
+    stages: list[Stage] | None = Field(None, min_length=1, max_length=64)
+    track_memory: bool = Field(True, description="Measure each rank's peak memory per step")
+    # Alerts at metric ingest (backend/metrics/alerts.py). 10x: cross-entropy starts near ln(vocab) and falls, so a
+    # healthy run stays within a few times its early minimum; a diverging one grows by orders of magnitude.
+    divergence_factor: float = Field(10.0, gt=1, le=1e6, description="Alert when the loss exceeds this many times "
+                                                                    "its minimum over the first 10 steps")
+    stop_on_nan: bool = Field(True, description="Stop the run (with a checkpoint) when loss or grad norm is NaN/Inf")
+    stop_on_divergence: bool = Field(False, description="Stop the run (with a checkpoint) when the loss diverged")
+    stop_grace_s: float | None = Field(None, gt=0, le=86_400,
+                                       description="Seconds a stopped run (SIGTERM) has to save its checkpoint before "
+                                                   "SIGKILL; absent: what a ZeRO-3 save of the model needs "
+                                                   "(plan.launch.stop_grace_s)")
+
+
+class StagePlan(BaseModel):
+    """A stage as the trainer runs it: every learning-rate field resolved."""
+
+    model_config = ConfigDict(frozen=True)
+    seq_len: int
+    steps: int
+    learning_rate: float
+    warmup_steps: int
+    lr_scheduler: LrScheduler
+
+
+class Plan(Section):
+    """plan-v1, with the trainer's optional `run` section (trainer-v1)."""
+
+    model: ModelSection
+    hardware: Hardware
+    parallel: Parallel = Field(default_factory=Parallel)
+    training: Training
+    run: RunSection | None = None
+
+    @property
+    def world_size(self) -> int:
+        return self.parallel.sp_size * self.parallel.dp_size
+
+    def stages(self) -> list[StagePlan]:
+        """The stages the trainer runs: `run.stages`, or one stage of `run.steps` at `training.seq_len`."""
+        run = self.run
+        if run is None:
+            return []
+        raw = run.stages or [Stage(seq_len=self.training.seq_len, steps=run.steps)]
+        return [StagePlan(seq_len=s.seq_len, steps=s.steps,
+                          learning_rate=run.learning_rate if s.learning_rate is None else s.learning_rate,
+                          warmup_steps=run.warmup_steps if s.warmup_steps is None else s.warmup_steps,
+                          lr_scheduler=s.lr_scheduler or run.lr_scheduler) for s in raw]
+
+    def total_steps(self) -> int:
+        return sum(s.steps for s in self.stages())
+
+    def effective(self) -> dict:
+        """The plan as JSON with every default filled in (`ulab plan --effective`, what the API stores)."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+def field_choices() -> dict[str, list[Any]]:
+    """The allowed values of every closed-choice field, by dotted name (a form's select options)."""
+    import typing
+
+    out: dict[str, list[Any]] = {}
+    for name, cls in (("training", Training), ("run", RunSection)):
+        for key, f in cls.model_fields.items():
+            args = [a for a in typing.get_args(f.annotation) if a is not type(None)]
+            literal = args[0] if len(args) == 1 and typing.get_origin(args[0]) is Literal else f.annotation
+            if typing.get_origin(literal) is Literal:
+                out[f"{name}.{key}"] = list(typing.get_args(literal))
+    bounds = {m.__class__.__name__: m for m in Training.model_fields["zero_stage"].metadata}
+    out["training.zero_stage"] = list(range(bounds["Ge"].ge, bounds["Le"].le + 1))
+    return out
+
+
+def section_defaults() -> dict[str, dict[str, Any]]:
+    """Every section's defaults (fields without one are left out): what a form starts from."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, cls in (("hardware", Hardware), ("parallel", Parallel), ("training", Training), ("run", RunSection)):
+        out[name] = {k: f.default for k, f in cls.model_fields.items()
+                     if not f.is_required() and f.default is not None}
+    return out
+
+
+# The plan a new planner form starts from (GET /api/plans/defaults answers it with every default filled in):
+# the HF blog's Qwen3-4B long-context setup on one 4 x H100 node.
+EXAMPLE: dict[str, Any] = {
+    "model": {"preset": "Qwen/Qwen3-4B"},
+    "hardware": {"gpu": "H100-80GB", "gpus_per_node": 4, "num_nodes": 1, "cpu_memory_gib_per_node": 1900.0},
+    "parallel": {"sp_size": 4, "dp_size": 1},
+    "training": {"seq_len": 65536, "grad_accum": 8, "offload_optimizer": True},
+}

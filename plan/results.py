@@ -1,0 +1,194 @@
+"""The shapes the planner answers (plan-v1 Estimate, max-context search, sweep, exports, catalog), as pydantic
+models. The estimators build plain dicts (fast); the API declares these as its response models, so the OpenAPI
+schema, and the dashboard's generated types, say exactly what comes back."""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class FieldErrorOut(BaseModel):
+    field: str
+    message: str
+
+
+class MemoryEstimate(BaseModel):
+    peak_allocated_gib: float
+    device_total_gib: float
+    gpu_capacity_gib: float
+    fits: bool
+    breakdown_gib: dict[str, float]
+    peak_phase: str = ""
+    reserved_gib: float | None = Field(None, description="The caching allocator's reserved peak "
+                                                         "(torch.cuda.max_memory_reserved)")
+    allocator_stranded_gib: float | None = Field(None, description="Reserved but unusable at the peak: what the "
+                                                                   "largest transient block leaves when a smaller "
+                                                                   "one is carved from it")
+    context_and_nccl_gib: float | None = Field(None, description="CUDA context and NCCL buffers (outside the "
+                                                                 "allocator)")
+    cpu_gib_per_node: float
+    cpu_capacity_gib_per_node: float | None = None
+    cpu_fits: bool
+    cpu_breakdown_gib_per_node: dict[str, float] = {}
+
+
+class ThroughputEstimate(BaseModel):
+    step_time_s: float
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    tflops_per_gpu: float
+    mfu: float
+    time_breakdown_s: dict[str, float] = {}
+
+
+class ModelSummary(BaseModel):
+    name: str
+    params: int
+    local_tokens_per_rank: int
+
+
+class Estimate(BaseModel):
+    valid: bool
+    errors: list[FieldErrorOut]
+    warnings: list[FieldErrorOut]
+    memory: MemoryEstimate | None
+    throughput: ThroughputEstimate | None
+    model: ModelSummary | None = None
+
+
+class MaxSeq(BaseModel):
+    max_seq_len: int | None
+    estimate: Estimate
+
+
+class SweepSeries(BaseModel):
+    sp_size: int
+    dp_size: int | None = None
+    valid: bool
+    errors: list[FieldErrorOut]
+    gpus: int | None = None
+    max_seq_len: int | None
+    peak_allocated_gib: list[float | None]
+    device_total_gib: list[float | None]
+    tokens_per_s: list[float | None]
+    fits: list[bool | None]
+
+
+class Sweep(BaseModel):
+    valid: bool
+    errors: list[FieldErrorOut]
+    seq_lens: list[int]
+    series: list[SweepSeries]
+    gpu_capacity_gib: float | None
+
+
+class Exports(BaseModel):
+    valid: bool
+    errors: list[FieldErrorOut]
+    accelerate_yaml: str | None = None
+    deepspeed_json: str | None = Field(None, description="DeepSpeed config with every value resolved")
+    deepspeed_json_hf_trainer: str | None = Field(None, description='DeepSpeed config for the Transformers Trainer '
+                                                                    '("auto" values it fills in)')
+    launch_command: str | None = None
+    accelerate_yaml_per_node: list[str] = []
+    launch_commands_per_node: list[str] = []
+    plan_json: str | None = None
+
+
+class CatalogModel(BaseModel):
+    name: str
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    tie_word_embeddings: bool
+    max_position_embeddings: int | None
+    model_type: str
+    qk_norm: bool
+    qkv_bias: bool
+    num_experts: int
+    experts_per_token: int
+    moe_intermediate_size: int
+    params: int
+
+
+class CatalogGpu(BaseModel):
+    name: str
+    memory_gib: float
+    hbm_tb_per_s: float
+    bf16_dense_tflops: float
+    nvlink_gb_per_s_per_direction: float
+    typical_internode_gb_per_s: float
+
+
+class Catalog(BaseModel):
+    models: list[CatalogModel]
+    gpus: list[CatalogGpu]
+
+
+class Recommendation(BaseModel):
+    plan: dict[str, Any] = Field(description="The recommended plan, every default filled in")
+    estimate: Estimate
+    reasons: list[str] = Field(description="One line per choice that matters")
+
+
+class RejectedPlan(BaseModel):
+    plan: dict[str, Any]
+    why: str
+
+
+class Recommend(BaseModel):
+    """`ulab plan --recommend [--longest]`: fitting configurations, best first, and the nearest rejected ones."""
+
+    recommendations: list[Recommendation]
+    rejected: list[RejectedPlan]
+    errors: list[FieldErrorOut] = []
+
+
+class FixChange(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+    field: str
+    from_: Any = Field(alias="from")
+    to: Any
+    cost_pct: float | None = Field(None, description="Step time change of this change alone, percent")
+
+
+class Fix(BaseModel):
+    """`ulab plan --fix`: the fewest changes that make a plan fit, cheapest speed cost first."""
+
+    changes: list[FixChange]
+    plan: dict[str, Any] | None
+    estimate: Estimate
+    cost: str
+    fits: bool
+
+
+class SpMethodOption(BaseModel):
+    method: Literal["ulysses", "ring", "hybrid"]
+    degree: int
+    ulysses_degree: int
+    ring_degree: int
+    valid: bool
+    why_not: str | None = None
+    device_total_gib: float | None = None
+    fits: bool | None = None
+    comm_gb_per_step: float | None = None
+    all_to_all_s: float | None = None
+    exposed_ring_s: float | None = None
+    step_time_s: float | None = None
+    tokens_per_s: float | None = None
+
+
+class SpMethods(BaseModel):
+    """Ulysses vs ring attention vs a Ulysses x ring hybrid (an estimate: Ulysses Lab trains with Ulysses)."""
+
+    label: str
+    valid: bool
+    errors: list[FieldErrorOut] = []
+    options: list[SpMethodOption]
+    choice: str | None
+    why: str
