@@ -1,6 +1,7 @@
-"""Ships the trainer's metrics.jsonl to the API in batches. The file is the buffer: the offset advances only
-after the API has stored a batch, so nothing is lost while the API is down, and resends are harmless
-(the API upserts on run, rank, step, name)."""
+"""Ships the trainer's metrics files to the API in batches. The files are the buffer: a file's offset advances
+only after the API has stored a batch, so nothing is lost while the API is down, and resends are harmless (the
+API upserts on run, rank, step, name). Every attempt writes a file of its own (worker/trainer/attempt.py); they
+are sent oldest attempt first, so where a resumed attempt redid a step, its line is the one that stays."""
 from __future__ import annotations
 
 import json
@@ -10,6 +11,8 @@ import time
 from pathlib import Path
 
 import httpx
+
+from worker.trainer.attempt import metrics_files
 
 log = logging.getLogger(__name__)
 MAX_BATCH_LINES = 2000
@@ -23,7 +26,8 @@ def line_to_points(record: dict) -> list[dict]:
     for name, value in record.items():
         if name in ("step", "time") or isinstance(value, bool):
             continue
-        if isinstance(value, (int, float)) and math.isfinite(value):
+        # a NaN/Inf loss or grad norm is shipped too: the API raises an alert for it (and does not store it)
+        if isinstance(value, (int, float)) and (math.isfinite(value) or name in ("loss", "grad_norm")):
             points.append({"rank": 0, "step": step, "name": name, "value": float(value), "wall_time": wall})
         elif isinstance(value, list):
             points += [{"rank": r, "step": step, "name": name, "value": float(v), "wall_time": wall}
@@ -33,32 +37,35 @@ def line_to_points(record: dict) -> list[dict]:
 
 
 class MetricShipper:
-    def __init__(self, path: Path, api_url: str, run_id: int, token: str, timeout_s: float = 5.0):
-        self.path, self.run_id = path, run_id
+    def __init__(self, run_dir: Path, api_url: str, run_id: int, token: str, timeout_s: float = 5.0):
+        self.run_dir, self.run_id = Path(run_dir), run_id
         self.url = f"{api_url.rstrip('/')}/api/runs/{run_id}/metrics"
         self.client = httpx.Client(timeout=timeout_s, headers={"Authorization": f"Bearer {token}"})
-        self.offset = 0
+        self.offsets: dict[Path, int] = {}
         self.last_step = 0
         self.failures = 0
         self._next_try = 0.0
 
-    def _read_new_lines(self) -> tuple[list[str], int]:
-        if not self.path.is_file():
-            return [], self.offset
-        with self.path.open("rb") as f:
-            f.seek(self.offset)
+    def _read_new_lines(self, path: Path) -> tuple[list[str], int]:
+        offset = self.offsets.get(path, 0)
+        with path.open("rb") as f:
+            f.seek(offset)
             data = f.read()
         end = data.rfind(b"\n") + 1  # only whole lines; a line being written waits for the next call
         lines = data[:end].decode("utf-8", "replace").splitlines()[:MAX_BATCH_LINES]
         consumed = sum(len(line.encode("utf-8")) + 1 for line in lines) if len(lines) == MAX_BATCH_LINES else end
-        return lines, self.offset + consumed
+        return lines, offset + consumed
 
     def ship(self) -> bool:
-        """Send what is new; True when everything written so far is stored. Backs off after failures."""
+        """Send what is new in every attempt's file, oldest first; True when everything written so far is stored.
+        Backs off after failures."""
         if time.monotonic() < self._next_try:
             return False
+        return all(self._ship_file(path) for path in metrics_files(self.run_dir))
+
+    def _ship_file(self, path: Path) -> bool:
         while True:
-            lines, new_offset = self._read_new_lines()
+            lines, new_offset = self._read_new_lines(path)
             if not lines:
                 return True
             points = []
@@ -70,7 +77,9 @@ class MetricShipper:
                 except (ValueError, KeyError, TypeError):
                     log.warning("run %s: skipping a metrics line that is not a step record: %.200s", self.run_id, line)
             try:
-                r = self.client.post(self.url, json={"points": points})
+                # json.dumps, not httpx's json=: httpx refuses NaN, and a NaN loss must reach the API's alerts
+                r = self.client.post(self.url, content=json.dumps({"points": points}),
+                                     headers={"Content-Type": "application/json"})
                 r.raise_for_status()
             except httpx.HTTPError as e:
                 self.failures += 1
@@ -78,7 +87,7 @@ class MetricShipper:
                 self._next_try = time.monotonic() + delay
                 log.warning("run %s: could not ship metrics (%s); retrying in %.1fs", self.run_id, e, delay)
                 return False
-            self.failures, self.offset = 0, new_offset
+            self.failures, self.offsets[path] = 0, new_offset
 
     def drain(self, deadline_s: float) -> bool:
         """After the trainer exits: keep trying until all is shipped or the deadline passes."""

@@ -1,100 +1,58 @@
-"""The run lifecycle on a worker: claim in the database, launch the trainer under torchrun in its own process
-group, heartbeat, ship metrics, watch for cancel, record the exit."""
+"""The run lifecycle on a worker: claim in the database, launch the trainer (`ulab train`, which starts torchrun
+and the ranks) tagged with the run directory's lock and the attempt, heartbeat, ship metrics, watch for cancel,
+stop every process of the attempt, record the exit."""
 from __future__ import annotations
 
 import json
 import logging
 import os
+import re
 import socket
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
-from sqlalchemy import update
-
 from backend.core.db import session_scope
+from backend.core.logs import tail_lines
+from backend.core.queue import EXECUTE_RUN
 from backend.core.settings import get_settings
+from backend.runs import transitions
 from backend.runs.models import Run
-from backend.runs.service import now
-from backend.runs.attempts import record_attempt
-from backend.runs.states import ACTIVE, TERMINAL, RunState, check_transition
+from backend.runs.states import RunState
+from plan.launch import stop_grace_s
 from worker import gang
-from worker.celery_app import EXECUTE_RUN, celery_app
-from worker.process import start_group, stop_group
+from worker.celery_app import celery_app
+from worker.process import AttemptProcesses, start_group
 from worker.shipper import MetricShipper
-from worker.trainer.cli import EXIT_OOM
+from worker.trainer.attempt import attempt_tag, lock_file
+from worker.trainer.exits import EXIT_OOM, describe_exit, says_out_of_memory
 
 log = logging.getLogger(__name__)
 TICK_S = 0.5
 LOG_TAIL_LINES = 30
 
 
-_minted_token: str | None = None
+_token: tuple[str, int | None] | None = None
+
+
+def worker_credentials() -> tuple[str, int | None]:
+    """The token this worker ships metrics with and its id, recorded when it claims a run (only that token may then
+    write the run's metrics): ULAB_WORKER_TOKEN, else the worker token kept under ULAB_HOME and reused by every
+    start of a worker there (backend/auth/service.py), so restarts do not pile up live tokens."""
+    global _token
+    if _token is None:
+        from backend.auth.service import worker_token as kept_token
+
+        with session_scope() as s:
+            token, principal = kept_token(s, get_settings())
+        _token = token, principal.token_id if principal is not None else None
+    return _token
 
 
 def worker_token() -> str:
-    """ULAB_WORKER_TOKEN, or a worker-role token this worker mints in the database once (it has DB access)."""
-    global _minted_token
-    settings = get_settings()
-    if settings.worker_token:
-        return settings.worker_token
-    if _minted_token is None:
-        from backend.auth.roles import Role
-        from backend.auth.service import create_token
-
-        with session_scope() as s:
-            _, _minted_token = create_token(s, f"worker {socket.gethostname()}:{os.getpid()}", Role.WORKER)
-    return _minted_token
-
-
-def claim(run_id: int, worker: str) -> Run | None:
-    """Atomically move a queued run to `starting` for this worker; None if someone else has it (or it left)."""
-    with session_scope() as s:
-        res = s.execute(update(Run).where(Run.id == run_id, Run.state == RunState.QUEUED.value)
-                        .values(state=RunState.STARTING.value, worker=worker, started_at=now(), heartbeat_at=now()))
-        if res.rowcount != 1:
-            return None
-        return s.get(Run, run_id)
-
-
-def set_state(run_id: int, attempt: int, state: RunState, **fields) -> bool:
-    """Move this attempt of the run to `state`; False (and nothing changes) if the attempt is no longer the
-    run's live one (the reaper marked it lost and maybe queued the next attempt)."""
-    with session_scope() as s:
-        run = s.get(Run, run_id)
-        if run.attempt != attempt or RunState(run.state) not in ACTIVE:
-            log.warning("run %s attempt %s: now %s (attempt %s); not recording %s", run_id, attempt, run.state,
-                        run.attempt, state.value)
-            return False
-        check_transition(run.state, state)
-        run.state = state.value
-        for k, v in fields.items():
-            setattr(run, k, v)
-        if state in TERMINAL:
-            record_attempt(s, run)
-        return True
-
-
-def heartbeat(run_id: int, attempt: int, last_step: int) -> bool:
-    """Record that the attempt is alive; answers whether it must stop (cancel requested, or the run was
-    declared lost and is no longer this attempt's)."""
-    with session_scope() as s:
-        run = s.get(Run, run_id)
-        if run.attempt != attempt or RunState(run.state) not in ACTIVE:
-            return True
-        run.heartbeat_at = now()
-        run.last_step = max(run.last_step, last_step)
-        return bool(run.cancel_requested)
-
-
-def tail(path: Path, lines: int) -> str:
-    if not path.is_file():
-        return ""
-    with path.open("rb") as f:
-        f.seek(0, 2)
-        f.seek(max(0, f.tell() - 200 * lines))
-        return "\n".join(f.read().decode("utf-8", "replace").splitlines()[-lines:])
+    return worker_credentials()[0]
 
 
 def exit_state(code: int, cancelled: bool, log_tail: str) -> RunState:
@@ -102,7 +60,7 @@ def exit_state(code: int, cancelled: bool, log_tail: str) -> RunState:
         return RunState.CANCELLED
     if code == 0:
         return RunState.SUCCEEDED
-    return RunState.OOM if code == EXIT_OOM or "out of memory" in log_tail.lower() else RunState.FAILED
+    return RunState.OOM if code == EXIT_OOM or says_out_of_memory(log_tail) else RunState.FAILED
 
 
 @celery_app.task(name=EXECUTE_RUN, acks_late=True)
@@ -112,12 +70,12 @@ def execute_run(run_id: int, node_rank: int = 0) -> str:
     settings = get_settings()
     worker = f"{socket.gethostname()}:{os.getpid()}"
     if node_rank == 0:
-        run = claim(run_id, worker)
+        run = transitions.claim(run_id, worker, token_id=worker_credentials()[1])
         if run is None:
             log.info("run %s is not queued (already claimed, cancelled or unknown): nothing to do", run_id)
             return "skipped"
         return supervise(run, settings)
-    run = gang.claim_node(run_id, node_rank, worker)
+    run = gang.claim_node(run_id, node_rank, worker, token_id=worker_credentials()[1])
     if run is None:
         log.info("run %s node %s is claimed already or the run is over: nothing to do", run_id, node_rank)
         return "skipped"
@@ -125,9 +83,11 @@ def execute_run(run_id: int, node_rank: int = 0) -> str:
 
 
 def trainer_command(plan_path: Path, run_dir: Path, attempt: int) -> list[str]:
-    """`ulab train` as an argument list (no shell): it checks the plan and data first, then starts torchrun
-    with one process per rank in its own process group. Later attempts resume from the last checkpoint."""
-    cmd = [sys.executable, "-m", "worker.trainer", "--plan", str(plan_path), "--run-dir", str(run_dir)]
+    """`ulab train` as an argument list (no shell): it takes the run directory's lock for this attempt, checks
+    the plan and data, then starts torchrun with one process per rank. Later attempts resume from the last
+    checkpoint."""
+    cmd = [sys.executable, "-m", "worker.trainer", "--plan", str(plan_path), "--run-dir", str(run_dir),
+           "--attempt", str(attempt)]
     if attempt > 1:  # the trainer resumes from its newest checkpoint, or starts at step 1 if it has none
         cmd.append("--resume")
     return cmd
@@ -145,7 +105,8 @@ def too_big_for_this_worker(spec: dict) -> str | None:
 
 
 def launch(run: Run, settings, node_rank: int, rdzv_endpoint: str | None):
-    """Write the plan into the run directory and start this node's trainer; answers (process, run_dir, log)."""
+    """Write the plan into the run directory and start this node's trainer; answers (its processes, run_dir,
+    log)."""
     run_dir = settings.resolved_runs_dir / f"run-{run.id}"
     run_dir.mkdir(parents=True, exist_ok=True)
     suffix = f"-node{node_rank}" if node_rank else ""
@@ -154,13 +115,14 @@ def launch(run: Run, settings, node_rank: int, rdzv_endpoint: str | None):
     plan_path.write_text(json.dumps(run.spec, indent=1))
     with log_path.open("a") as f:
         f.write(f"--- attempt {run.attempt} on {run.worker if not node_rank else 'node ' + str(node_rank)} ---\n")
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    lock = lock_file(run_dir, node_rank)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **attempt_tag(lock, run.attempt)}
     if rdzv_endpoint:
         env.update(ULAB_RDZV_ENDPOINT=rdzv_endpoint, ULAB_NODE_RANK=str(node_rank),
                    ULAB_RDZV_ID=f"ulab-run{run.id}-attempt{run.attempt}")
     proc = start_group(trainer_command(plan_path, run_dir, run.attempt), log_path, env=env)
     log.info("run %s node %s: started trainer pid %s in %s", run.id, node_rank, proc.pid, run_dir)
-    return proc, run_dir, log_path
+    return AttemptProcesses(proc, lock, run.attempt), run_dir, log_path
 
 
 class Heartbeat:
@@ -184,7 +146,7 @@ class Heartbeat:
             if self._done.wait(self.every_s):
                 return
 
-    def __enter__(self) -> "Heartbeat":
+    def __enter__(self) -> Heartbeat:
         self._thread.start()
         return self
 
@@ -193,58 +155,122 @@ class Heartbeat:
         self._thread.join(timeout=30)
 
 
-def watch(proc, shipper: MetricShipper, beat: Heartbeat, settings) -> tuple[int, bool]:
-    """Ship metrics until the trainer exits; stop the trainer's group when the heartbeat learns the run must
-    stop. Answers (exit code, whether it was stopped)."""
-    stopped = False
+def stop_wait_s(spec: dict, settings) -> float:
+    """How long the worker waits between SIGTERM and SIGKILL of an attempt's processes: the plan's stop grace
+    (what the ranks have to save a checkpoint; torchrun gets the same) plus ULAB_CANCEL_GRACE_S for torchrun and
+    `ulab train` to exit after it (the whole timeline: plan/launch.py, above TORCHRUN_EXIT_S)."""
+    try:
+        return stop_grace_s(spec) + settings.cancel_grace_s
+    except ValueError:  # a stored plan this version no longer reads: the trainer refuses it at once anyway
+        return settings.cancel_grace_s
+
+
+def watch(procs: AttemptProcesses, shipper: MetricShipper, beat: Heartbeat, grace_s: float
+          ) -> tuple[int, bool, list[int]]:
+    """Ship metrics until the trainer exits, recording its processes as they appear; stop them all when the
+    heartbeat learns the run must stop. Once `ulab train` has exited (also when it was killed), wait for what
+    it left, kill it after the grace period and verify. Answers (exit code, whether it was stopped, pids that
+    survived SIGKILL)."""
+    stopped, proc = False, procs.proc
     try:
         while proc.poll() is None:
+            procs.refresh()
             shipper.ship()
             if beat.stop_requested.is_set() and not stopped:
                 stopped = True
-                stop_group(proc, settings.cancel_grace_s)
+                procs.stop(grace_s)
             time.sleep(TICK_S)
-        return proc.returncode, stopped
+        return proc.returncode, stopped, procs.finish(grace_s)
     except BaseException:
-        stop_group(proc, settings.cancel_grace_s)  # the worker is going down: never orphan the ranks
+        procs.stop(grace_s)  # the worker is going down: never orphan the ranks
         raise
 
 
-def watch_and_ship(proc, shipper: MetricShipper, beat_fn, settings) -> tuple[int, bool, bool]:
+def watch_and_ship(procs: AttemptProcesses, shipper: MetricShipper, beat_fn, settings, grace_s: float
+                   ) -> tuple[int, bool, bool, list[int]]:
     """Beat (in its own thread) from launch until the last metrics are shipped: watch the trainer, then drain
     what it wrote, since the API may still be away when it exits. Answers (exit code, whether it was stopped,
-    whether everything was shipped)."""
+    whether everything was shipped, pids that survived SIGKILL)."""
     with Heartbeat(beat_fn, settings.heartbeat_s) as beat:
         try:
-            code, stopped = watch(proc, shipper, beat, settings)
+            code, stopped, left = watch(procs, shipper, beat, grace_s)
         finally:
             shipped = shipper.drain(deadline_s=60.0)
             shipper.close()
-    return code, stopped, shipped
+    return code, stopped, shipped, left
+
+
+@contextmanager
+def stopped_on_error(procs: AttemptProcesses, settings):
+    """Between launch and the watch loop: if anything fails (the database briefly away, say), stop the trainer
+    and all it started before the error goes on, or it trains on as an orphan (the worker lives on, so no
+    PDEATHSIG)."""
+    try:
+        yield
+    except BaseException:
+        procs.stop(settings.cancel_grace_s)
+        raise
+
+
+# torchrun's failure summary: "  rank      : 1 (local_rank: 1)" ... "  exitcode  : -9 (pid: 4242)"
+_TORCHRUN_FAILURE = re.compile(r"^\s*rank\s*:\s*(\d+).*\n(?:.*\n){0,3}?\s*exitcode\s*:\s*(-?\d+)", re.MULTILINE)
+# a Python warning ("file.py:12: FutureWarning: ...") and the source line printed under it
+_WARNING = re.compile(r"^.*\b\w*Warning: .*$\n?(?:^ {2,}\S.*$\n?)?", re.MULTILINE)
+
+
+def failure_reason(code: int, log_tail: str) -> str:
+    """Why the trainer ended with `code` (non-zero): the signal or exit code, the ranks torchrun reports killed by
+    a signal, and the log tail without Python warnings (unrelated to the failure, and they crowd it out)."""
+    ranks = [f"rank {rank} {describe_exit(int(c))}" for rank, c in _TORCHRUN_FAILURE.findall(log_tail)
+             if int(c) < 0]
+    head = f"the trainer was {describe_exit(code)}" if code < 0 else f"exit code {code}"
+    if ranks:
+        head += f" ({'; '.join(dict.fromkeys(ranks))})"
+    if code < 0:  # what it printed before it was killed says nothing about why
+        return head
+    return f"{head}:\n{_WARNING.sub('', log_tail).strip()}"
 
 
 def supervise(run: Run, settings) -> str:
     """Node 0 (or the only node): owns the run's state, heartbeat and exit."""
     reason = too_big_for_this_worker(run.spec)
     if reason:
-        set_state(run.id, run.attempt, RunState.FAILED, finished_at=now(), exit_reason=reason)
+        transitions.finish(run.id, run.attempt, RunState.FAILED, reason)
         return RunState.FAILED.value
     endpoint = gang.publish_endpoint(run, run.worker) if gang.num_nodes(run.spec) > 1 else None
-    proc, run_dir, log_path = launch(run, settings, 0, endpoint)
-    set_state(run.id, run.attempt, RunState.RUNNING, run_dir=str(run_dir))
-    shipper = MetricShipper(run_dir / "metrics.jsonl", settings.api_url, run.id, worker_token())
-    code, stopped, shipped = watch_and_ship(proc, shipper, lambda: heartbeat(run.id, run.attempt, shipper.last_step),
-                                            settings)
-    log_tail = tail(log_path, LOG_TAIL_LINES)
+    procs, run_dir, log_path = launch(run, settings, 0, endpoint)
+    with stopped_on_error(procs, settings):
+        transitions.start(run.id, run.attempt, str(run_dir))
+        shipper = MetricShipper(run_dir, settings.api_url, run.id, worker_token())
+    code, stopped, shipped, left = watch_and_ship(
+        procs, shipper, lambda: transitions.heartbeat(run.id, run.attempt, shipper.last_step), settings,
+        stop_wait_s(run.spec, settings))
+    log_tail = "\n".join(tail_lines(log_path, LOG_TAIL_LINES))
     state = exit_state(code, stopped, log_tail)
     reason = None if state == RunState.SUCCEEDED else (
-        "cancelled by request" if state == RunState.CANCELLED else f"exit code {code}:\n{log_tail}")
+        "cancelled by request" if state == RunState.CANCELLED else failure_reason(code, log_tail))
     if not shipped:
-        reason = (reason or "") + "\nsome metrics could not be shipped to the API; they remain in metrics.jsonl"
-    set_state(run.id, run.attempt, state, finished_at=now(), exit_reason=reason, last_step=shipper.last_step,
-              heartbeat_at=now())
+        reason = (reason or "") + "\nsome metrics could not be shipped to the API; they remain in the run directory"
+    if left:
+        reason = (reason or "") + f"\nprocesses {', '.join(map(str, left))} of the run survived SIGKILL"
+    transitions.finish(run.id, run.attempt, state, reason, last_step=shipper.last_step)
     log.info("run %s: %s (exit code %s)", run.id, state.value, code)
+    if state in (RunState.SUCCEEDED, RunState.OOM, RunState.FAILED) and shipper.last_step > 0:
+        record_calibration(run.id)
     return state.value
+
+
+def record_calibration(run_id: int) -> None:
+    """Store the finished run's prediction next to its measurement (backend/calibration); never fails the run."""
+    from backend.calibration.service import record_run
+
+    try:
+        with session_scope() as session:
+            run = session.get(Run, run_id)
+            if run is not None:
+                record_run(session, run)
+    except Exception:  # noqa: BLE001 - calibration is a by-product of a run, not part of its outcome
+        log.exception("run %s: could not record its calibration point", run_id)
 
 
 def supervise_node(run: Run, node_rank: int, settings) -> str:
@@ -257,10 +283,12 @@ def supervise_node(run: Run, node_rank: int, settings) -> str:
     if endpoint is None:
         gang.record_node_exit(run.id, run.attempt, node_rank, -1)
         return "no rendezvous"
-    proc, run_dir, _ = launch(run, settings, node_rank, endpoint)
+    procs, run_dir, _ = launch(run, settings, node_rank, endpoint)
     # c10d may place global rank 0 (the metrics writer) on any node: every node ships what it finds.
-    shipper = MetricShipper(run_dir / "metrics.jsonl", settings.api_url, run.id, worker_token())
-    code, _, _ = watch_and_ship(proc, shipper, lambda: gang.node_heartbeat(run.id, run.attempt, node_rank), settings)
+    with stopped_on_error(procs, settings):
+        shipper = MetricShipper(run_dir, settings.api_url, run.id, worker_token())
+    code, _, _, _ = watch_and_ship(procs, shipper, lambda: gang.node_heartbeat(run.id, run.attempt, node_rank),
+                                   settings, stop_wait_s(run.spec, settings))
     gang.record_node_exit(run.id, run.attempt, node_rank, code)
     log.info("run %s node %s: exit code %s", run.id, node_rank, code)
     return f"node exit {code}"

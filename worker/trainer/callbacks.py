@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import signal
 import time
+from pathlib import Path
 
 import torch
 from transformers import TrainerCallback
 
+from .checkpoints import write_layout
+from .collectives import all_gather_rows
 from .metrics import GIB, MemoryMeter, MetricsWriter, StepClock, flops_per_token
 
 STOP = {"requested": False, "signal": None}
@@ -26,16 +29,18 @@ class StepMetricsCallback(TrainerCallback):
     FIELDS = 8  # loss part, tokens, stop flag, step time, peak allocated, peak reserved, peak activations, targets
 
     def __init__(self, trainer, *, writer: MetricsWriter | None, step_offset: int, stage_index: int, seq_len: int,
-                 model_config, peak_tflops: float | None, checkpoint_every: int, memory: MemoryMeter):
+                 model_config, peak_tflops: float | None, checkpoint_every: int, memory: MemoryMeter,
+                 run_spec=None, document_len: int | None = None):
         self.trainer = trainer
         self.writer = writer
         self.step_offset = step_offset
         self.stage_index = stage_index
         self.seq_len = seq_len
-        self.flops_per_token = flops_per_token(model_config, seq_len)
+        self.flops_per_token = flops_per_token(model_config, seq_len, document_len)
         self.peak_tflops = peak_tflops
         self.every = checkpoint_every
         self.memory = memory
+        self.run_spec = run_spec
         self.clock = StepClock()
         self.stopped_by_signal = False
         self.last_overhead = None
@@ -46,8 +51,17 @@ class StepMetricsCallback(TrainerCallback):
         opt = self.trainer.optimizer
         while opt is not None and not isinstance(opt, torch.optim.Optimizer):  # Accelerate / DeepSpeed wrappers
             opt = getattr(opt, "optimizer", None)
+        if self.rank == 0 and self.stage_index == 0:
+            inner = self.trainer.optimizer
+            while getattr(inner, "optimizer", None) is not None:  # Accelerate's and DeepSpeed's wrappers
+                inner = inner.optimizer
+            print(f"optimizer: {type(inner).__name__}; {torch.get_num_threads()} CPU threads per rank", flush=True)
         self.memory.track(self.trainer.model, opt)
         self._start()
+
+    def on_save(self, args, state, control, **kw):
+        if self.rank == 0 and self.run_spec is not None:  # which ranks wrote it: --resume checks it (checkpoints.py)
+            write_layout(Path(args.output_dir) / f"checkpoint-{state.global_step}", self.run_spec)
 
     def _start(self):
         self.memory.begin_step()
@@ -55,6 +69,11 @@ class StepMetricsCallback(TrainerCallback):
 
     def on_train_end(self, args, state, control, **kw):
         self.memory.abort()
+        stats = getattr(getattr(self.trainer, "offload", None), "stats", None)  # CheckpointHiddenStatesOffload's
+        if self.rank == 0 and stats is not None:  # on CPU ranks DeepSpeed keeps them in place (skipped)
+            print(f"checkpoint offload, last micro batch: {stats.offloaded_tensors} hidden states offloaded "
+                  f"({stats.offloaded_bytes / GIB:.3f} GiB to host), {stats.skipped_marked_tensors} kept in place",
+                  flush=True)
 
     def on_substep_end(self, args, state, control, **kw):  # between micro-batches of one optimizer step
         self.memory.next_micro_batch()
@@ -67,12 +86,7 @@ class StepMetricsCallback(TrainerCallback):
         mine = torch.tensor([loss_part, tokens, 1.0 if STOP["requested"] else 0.0, step_time,
                              _num(mem["allocated"]), _num(mem["reserved"]), _num(mem["activations"]),
                              self.trainer.step_targets], dtype=torch.float64)
-        if self.world > 1:
-            everyone = [torch.zeros_like(mine) for _ in range(self.world)]
-            torch.distributed.all_gather(everyone, mine)
-            table = torch.stack(everyone)
-        else:
-            table = mine.unsqueeze(0)
+        table = all_gather_rows(mine)  # on the device the process group serves (NCCL: CUDA only)
         stop = bool(table[:, 2].max() > 0)
         loss = float(table[:, 0].sum())  # the ranks' shares add up to the step's loss
         self.trainer.loss_sum += loss
@@ -113,6 +127,8 @@ class StepMetricsCallback(TrainerCallback):
             "peak_allocated_gib": [_gib(v) for v in table[:, 4].tolist()],
             "peak_activations_gib": [_gib(v) for v in table[:, 6].tolist()] if mem["activations"] is not None else None,
             "memory_measure": self.memory.name,
+            # what the ranks actually ran on (1: CUDA GPUs, 0: CPU ranks); the API records it on the run
+            "on_gpu": int(self.memory.cuda),
             "seq_len": self.seq_len,
             "tokens": int(tokens),
             "target_tokens": int(table[0, 7]),

@@ -8,43 +8,131 @@ inside torchrun (LOCAL_RANK set) or for a single rank it trains in this process.
 `--resume` continues from the newest complete checkpoint (step numbering, optimizer, LR schedule and data
 position); without any checkpoint yet it starts from step 1, so a retry can always pass --resume.
 
-Exit codes: 0 done; 1 training failed (reason on the last stderr line, also in RUN_DIR/error.txt);
+`--attempt N` (the worker passes the run's attempt; a run started by hand counts on from the lock file): the
+launcher takes the run directory's lock for attempt N first, stopping any process of another attempt still in it,
+and the attempt writes its own metrics file (attempt.py). A stop (SIGTERM or SIGINT) is forwarded once to
+torchrun, which stops the ranks; after plan.launch.launcher_stop_wait_s whatever of the attempt still runs is
+SIGKILLed, and so is anything torchrun left behind when it exits.
+
+Exit codes (exits.py): 0 done; 1 training failed (reason on the last stderr line, also in RUN_DIR/error.txt);
 2 bad plan or data; 3 out of memory; 75 stopped by SIGTERM after saving a checkpoint (resume with --resume).
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from .launch_config import nodes_and_ranks_per_node, torchrun_command
-from .spec import PlanError, RunSpec, load_plan
+from plan.launch import (
+    MIN_STOP_GRACE_S,
+    TORCHRUN_EXIT_S,
+    launcher_stop_wait_s,
+    nodes_and_ranks_per_node,
+    stop_grace_or_floor,
+    stop_grace_s,
+    torchrun_command,
+)
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_OOM, EXIT_PREEMPTED = 0, 1, 2, 3, 75
+from . import attempt as attempts
+from .exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_OOM, EXIT_PREEMPTED, describe_exit, says_out_of_memory
+from .spec import PlanError, RunSpec, load_plan
 
 
 def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def validate(plan_path: Path, run_dir: Path) -> RunSpec:
-    """Parse the plan and make sure every stage has data; raises PlanError / data.DataError with one line."""
+def validate(plan_path: Path, run_dir: Path, resume: bool = False) -> RunSpec:
+    """Parse the plan, check it against this machine and the checkpoint a resume continues from, and make sure
+    every stage has data; raises PlanError / data.DataError with one line."""
     spec = RunSpec.from_plan(load_plan(plan_path))
+    if spec.depends_on_device:  # torch only then: the launcher of a multi-rank run need not import it
+        import torch
+
+        spec.check_device(cuda=torch.cuda.is_available())
+    if resume:
+        from .checkpoints import resume_problem
+
+        problem = resume_problem(run_dir, spec)
+        if problem:
+            raise PlanError(problem)
     from .data import prepare_all_stages  # numpy + tokenizer, no torch.distributed
 
     prepare_all_stages(spec, Path(run_dir), base_dir=Path(plan_path).resolve().parent)
     return spec
 
 
-def run_train(plan_path: Path, run_dir: Path, resume: bool) -> int:
+def build_cpu_adam() -> None:
+    """DeepSpeedCPUAdam is a C++ extension that DeepSpeed builds on first use (g++ and ninja, about a minute on 2
+    cores) and caches in torch's extensions directory. Build it here, once, before the ranks start, instead of
+    every rank of the node waiting on one build lock at its first optimizer step. A GPU image ships it prebuilt
+    (DS_BUILD_CPU_ADAM=1, Dockerfile), and then this only loads it."""
+    from deepspeed.ops.op_builder import CPUAdamBuilder
+
+    CPUAdamBuilder().load(verbose=False)
+
+
+def run_dry(plan_path: Path) -> int:
+    """`ulab train --dry-run`: the validated plan and the settings it turns into on this machine, as JSON."""
+    import json
+
+    import torch
+
+    from plan.launch import dry_run
+
+    try:
+        spec = RunSpec.from_plan(load_plan(plan_path))
+    except PlanError as e:
+        _say(f"error: {e}")
+        return EXIT_BAD_INPUT
+    print(json.dumps(dry_run(spec.spec, cuda=torch.cuda.is_available()), indent=1))
+    return EXIT_OK
+
+
+def _plan_stop_grace_s(plan_path: Path) -> float:
+    try:
+        return stop_grace_or_floor(json.loads(Path(plan_path).read_text()))
+    except (OSError, ValueError):  # the plan is unreadable: validate() says so in a moment
+        return MIN_STOP_GRACE_S
+
+
+def hold_run_dir(plan_path: Path, run_dir: Path, attempt: int | None) -> attempts.RunLock:
+    """Tag this process (and so torchrun and the ranks) with the run's lock and attempt, and hold the lock: the
+    launcher takes it, stopping what another attempt left in the run directory; a rank joins its attempt's.
+    Raises attempt.LockBusy."""
+    if "LOCAL_RANK" in os.environ:  # a rank
+        # it never outlives torchrun (if torchrun dies without stopping it, nobody else would)
+        attempts.die_with_parent(signal.SIGKILL)
+        lock = attempts.RunLock(os.environ.get(attempts.RUN_LOCK_ENV) or attempts.lock_file(run_dir))
+        if attempts.RUN_LOCK_ENV in os.environ:  # else torchrun was started by hand (the planner's launch
+            lock.join(int(os.environ.get(attempts.ATTEMPT_ENV, "1")))  # command): no `ulab train` holds it
+        return lock
+    node_rank = int(os.environ.get("ULAB_NODE_RANK", "0"))
+    path = os.environ.get(attempts.RUN_LOCK_ENV) or str(attempts.lock_file(run_dir, node_rank))
+    number = attempt or int(os.environ.get(attempts.ATTEMPT_ENV, "0")) or attempts.previous_attempt(run_dir,
+                                                                                                     node_rank) + 1
+    os.environ.update(attempts.attempt_tag(path, number))
+    lock = attempts.RunLock(path)
+    lock.take(number, _plan_stop_grace_s(plan_path), say=lambda line: print(line, flush=True))
+    return lock
+
+
+def run_train(plan_path: Path, run_dir: Path, resume: bool, attempt: int | None = None) -> int:
     plan_path, run_dir = Path(plan_path), Path(run_dir)
     from .data import DataError
 
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        spec = validate(plan_path, run_dir)
+        lock = hold_run_dir(plan_path, run_dir, attempt)
+    except (attempts.LockBusy, OSError) as e:
+        _say(f"error: {e}")
+        return EXIT_FAILED
+    try:
+        spec = validate(plan_path, run_dir, resume)
     except (PlanError, DataError) as e:
         _say(f"error: {e}")
         try:
@@ -57,44 +145,73 @@ def run_train(plan_path: Path, run_dir: Path, resume: bool) -> int:
         if "LOCAL_RANK" not in os.environ or os.environ.get("RANK") == "0":
             print(f"--resume: no checkpoint under {run_dir / 'checkpoints'} yet; starting from step 1", flush=True)
         resume = False
+    if spec.offload_optimizer and "LOCAL_RANK" not in os.environ:
+        build_cpu_adam()
     if spec.world_size > 1 and "LOCAL_RANK" not in os.environ:
-        return _launch_ranks(spec, plan_path, run_dir, resume)
+        return _launch_ranks(spec, plan_path, run_dir, resume, lock)
     from .train import train_this_rank
 
     return train_this_rank(spec, run_dir, resume)
 
 
-def _launch_ranks(spec: RunSpec, plan_path: Path, run_dir: Path, resume: bool) -> int:
-    nnodes, per_node = nodes_and_ranks_per_node(spec.plan)
+def _launch_ranks(spec: RunSpec, plan_path: Path, run_dir: Path, resume: bool, lock: attempts.RunLock) -> int:
+    nnodes, per_node = nodes_and_ranks_per_node(spec.spec)
     endpoint = os.environ.get("ULAB_RDZV_ENDPOINT")
     if nnodes > 1 and not endpoint:
         _say(f"error: hardware.num_nodes={nnodes}: set ULAB_RDZV_ENDPOINT=host:port (and ULAB_NODE_RANK) on every node")
         return EXIT_BAD_INPUT
     cmd = torchrun_command(plan_path, run_dir, resume=resume, nproc_per_node=per_node, nnodes=nnodes,
                            node_rank=int(os.environ.get("ULAB_NODE_RANK", "0")), rdzv_endpoint=endpoint,
-                           rdzv_id=os.environ.get("ULAB_RDZV_ID"))
+                           rdzv_id=os.environ.get("ULAB_RDZV_ID"), shutdown_timeout=stop_grace_s(spec.spec))
     err_file = run_dir / "error.txt"
     err_file.unlink(missing_ok=True)
-    # torchrun stays in this process group: whoever stops the group (the worker's cancel, Ctrl-C in a terminal)
-    # reaches torchrun and every rank at once; the ranks checkpoint and stop. Forwarding the signal again from
-    # here would hit torchrun twice, and a second SIGTERM makes it quit before its ranks have saved.
-    proc = subprocess.Popen(cmd)
-    old = {s: signal.signal(s, lambda *_: None) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        rc = proc.wait()
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
+    rc = _run_torchrun(cmd, spec, lock)
     if rc == 0:
         return EXIT_OK
     reason = err_file.read_text().strip().splitlines()[-1] if err_file.exists() else ""
     code = EXIT_FAILED
     if reason.startswith("preempted"):
         code = EXIT_PREEMPTED
-    elif "out of memory" in reason:
+    elif says_out_of_memory(reason):
         code = EXIT_OOM
-    _say(reason or f"error: torchrun exited with code {rc}")
+    _say(reason or f"error: torchrun {describe_exit(rc)}")
     return code
+
+
+def _run_torchrun(cmd: list[str], spec: RunSpec, lock: attempts.RunLock) -> int:
+    """Run torchrun to its end and answer its return code. It gets a session of its own, so only this process
+    signals it: a stop is forwarded exactly once (a second SIGTERM makes torchrun quit before its ranks have
+    saved). It shares this process's lock and gets SIGTERM if this process dies. Whatever of the attempt is
+    left when torchrun exits, or when it overruns the stop deadline, is SIGKILLed here."""
+    proc = subprocess.Popen(cmd, start_new_session=True, pass_fds=(lock.inheritable_fd(),),
+                            preexec_fn=attempts.die_with_parent)
+    deadline: list[float] = []
+
+    def forward(signum, _frame):
+        if not deadline:
+            deadline.append(time.monotonic() + launcher_stop_wait_s(spec.spec))
+            proc.send_signal(signum)
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        while proc.poll() is None and not (deadline and time.monotonic() > deadline[0]):
+            try:
+                proc.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                pass
+        mine = attempts.tagged(lock.path, attempt=lock.attempt)
+        if proc.poll() is None:
+            _say(f"torchrun did not stop within {launcher_stop_wait_s(spec.spec):.0f} s of the stop; killing "
+                 f"pids {attempts.describe(mine)}")
+            left = attempts.kill_left(mine, 0)
+        else:  # ranks torchrun left behind (it was killed, say): they get what torchrun itself gives its own
+            left = attempts.stop_processes(mine, TORCHRUN_EXIT_S)
+        if left:
+            _say(f"processes {attempts.describe(left)} of this run survived SIGKILL")
+        return proc.wait()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,5 +221,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plan", required=True, type=Path)
     p.add_argument("--run-dir", required=True, type=Path)
     p.add_argument("--resume", action="store_true")
+    p.add_argument("--attempt", type=int, default=None, help="the run's attempt number (the worker passes it)")
     a = p.parse_args(argv)
-    return run_train(a.plan, a.run_dir, a.resume)
+    return run_train(a.plan, a.run_dir, a.resume, a.attempt)

@@ -80,7 +80,7 @@ def read_documents(path: Path, data: dict) -> list[str]:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
-                raise DataError(f"run.data.path: {path} line {n} is not JSON: {e}")
+                raise DataError(f"run.data.path: {path} line {n} is not JSON: {e}") from None
             if not isinstance(row, dict) or not isinstance(row.get(field), str):
                 raise DataError(f"run.data.text_field: {path} line {n} has no string field {field!r}")
             docs.append(row[field])
@@ -88,7 +88,7 @@ def read_documents(path: Path, data: dict) -> list[str]:
         try:
             import pyarrow.parquet as pq
         except ImportError:
-            raise DataError(f"run.data.path: {path}: reading Parquet needs pyarrow, which is not installed")
+            raise DataError(f"run.data.path: {path}: reading Parquet needs pyarrow, which is not installed") from None
         table = pq.read_table(path)
         if field not in table.column_names:
             raise DataError(f"run.data.text_field: {path} has no column {field!r} (columns: {table.column_names})")
@@ -116,7 +116,7 @@ def _read_saved_dataset(path: Path, field: str) -> list[str]:
         try:
             ds = load_from_disk(str(path))
         except Exception as e:  # noqa: BLE001 - any failure here is the user's data
-            raise DataError(f"run.data.path: {path} is not a dataset saved with save_to_disk: {e}")
+            raise DataError(f"run.data.path: {path} is not a dataset saved with save_to_disk: {e}") from None
         if hasattr(ds, "keys") and "train" in ds:
             ds = ds["train"]
         if field not in ds.column_names:
@@ -125,7 +125,7 @@ def _read_saved_dataset(path: Path, field: str) -> list[str]:
     try:
         import pyarrow as pa
     except ImportError:
-        raise DataError(f"run.data.path: {path} is a directory; reading a saved dataset needs pyarrow")
+        raise DataError(f"run.data.path: {path} is a directory; reading a saved dataset needs pyarrow") from None
     if (path / "dataset_dict.json").exists():
         splits = json.loads((path / "dataset_dict.json").read_text()).get("splits") or []
         if not splits:
@@ -180,6 +180,24 @@ def pack_documents(docs_ids: list[list[int]], seq_len: int, eos_id: int, pad_id:
     return {"input_ids": ids, "position_ids": pos, "labels": labels}
 
 
+def step_row(i: int, *, sp: int, dp: int, grad_accum: int, micro_batch: int) -> int:
+    """The row, counted from the first step a dataset starts at, that the sampler's i-th sample must be, so that
+    optimizer step s trains rows s*P .. s*P+P-1 (P = micro_batch * grad_accum * dp) whatever the layout: the rows
+    one process with the same P trains, and a resume after any step starts at the next unseen row.
+
+    The path of sample i to a step: Accelerate deals the sampler's batches (of micro_batch samples) round-robin
+    over all sp*dp ranks (batch B to rank B % world, its (B // world)-th); DeepSpeed's SP groups are consecutive
+    ranks (d*sp .. d*sp+sp-1, parallel_state_sp.py); UlyssesSPDataLoaderAdapter makes the group's k-th micro
+    batch from member k % sp's (k // sp)-th batch (ulysses_sp.py); the Trainer takes grad_accum micro batches per
+    step. Without SP (sp = 1) every rank is its own group."""
+    world = sp * dp
+    batch, e = divmod(i, micro_batch)
+    b, rank = divmod(batch, world)
+    group, member = divmod(rank, sp)
+    step, m = divmod(b * sp + member, grad_accum)
+    return step * (micro_batch * grad_accum * dp) + (group * grad_accum + m) * micro_batch + e
+
+
 def _cache_key(spec, path: Path, seq_len: int, tok_name: str) -> str:
     st = path.stat()
     h = hashlib.sha256(json.dumps(["pack-v2", str(path.resolve()), st.st_size, st.st_mtime_ns, seq_len, tok_name,
@@ -201,7 +219,8 @@ def prepare_all_stages(spec, run_dir: Path, base_dir: Path | None = None) -> lis
     out = []
     for i, stage in enumerate(spec.stages):
         target = stage_data_path(run_dir, i)
-        key = _cache_key(spec, path, stage.seq_len, "byte-level" if spec.model_path is None else f"hf:{spec.model_path}")
+        tokenizer_name = "byte-level" if spec.model_path is None else f"hf:{spec.model_path}"
+        key = _cache_key(spec, path, stage.seq_len, tokenizer_name)
         meta = target.with_suffix(".json")
         if target.exists() and meta.exists() and json.loads(meta.read_text()).get("key") == key:
             out.append(target)

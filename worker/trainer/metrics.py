@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 import weakref
 from pathlib import Path
@@ -16,49 +15,27 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.weak import WeakIdKeyDictionary
 
+from plan.catalog import model_from_config
+
 GIB = 1024**3
 
-# Dense bf16 peak TFLOPS per GPU (vendor datasheets, ../shared/reference/gpus.csv), for MFU. The trainer does not
-# import the backend (DESIGN.md), so it keeps its own copy of these figures and of the FLOPs count below;
-# tests/unit/test_trainer_metrics.py holds both equal to the planner's (backend/planner/).
-PEAK_BF16_TFLOPS = {"A100-40GB": 312.0, "A100-80GB": 312.0, "H100-80GB": 989.0, "H200-141GB": 989.0,
-                    "B200-180GB": 2250.0}
-
-
-def flops_per_token(cfg, seq_len: int) -> float:
-    """Model FLOPs per trained token (forward + backward, no recompute) for a Hugging Face config, counted as the
-    planner predicts them (backend/planner/throughput.py `model_flops_per_token`), so the measured TFLOPS and MFU
-    sit beside the prediction on the same footing: 6 per weight a token multiplies (Kaplan et al. 2020: q, k, v,
-    o, the SwiGLU MLP - for a mixture of experts the routed experts and the router - and the lm_head, tied or not;
-    not the embedding lookup) plus causal attention 6 * layers * heads * head_dim * seq_len (PaLM appendix B's
-    12 * L * a * d * S, halved for the causal mask, which flash attention skips)."""
+def flops_per_token(cfg, seq_len: int, document_len: int | None = None) -> float:
+    """Model FLOPs per trained token of a Hugging Face config, counted by the plan's catalog (the one copy the
+    planner predicts with), so the measured TFLOPS and MFU sit beside the prediction on the same footing.
+    Attention is counted over the document when sequences are packed (`document_len`), as the planner does."""
     if hasattr(cfg, "get_text_config"):  # multimodal wrappers keep the decoder's sizes in text_config
         cfg = cfg.get_text_config()
-    h, layers, heads = cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads
-    kv = getattr(cfg, "num_key_value_heads", None) or heads
-    head_dim = getattr(cfg, "head_dim", None) or h // heads
-    experts = (getattr(cfg, "num_experts", None) or getattr(cfg, "num_local_experts", None)
-               or getattr(cfg, "n_routed_experts", None) or 0)
-    if experts > 1:
-        width = (getattr(cfg, "num_experts_per_tok", None) or 1) * (
-            getattr(cfg, "moe_intermediate_size", None) or cfg.intermediate_size)
-        mlp = 3 * h * width + h * experts  # the routed experts, as one MLP of their joint width, and the router
-    else:
-        mlp = 3 * h * cfg.intermediate_size
-    per_layer = 2 * h * heads * head_dim + 2 * h * kv * head_dim + mlp
-    matmul = layers * per_layer + h * cfg.vocab_size
-    return 6.0 * matmul + 6.0 * layers * heads * head_dim * seq_len
+    values = cfg.to_dict() if hasattr(cfg, "to_dict") else vars(cfg)
+    attention_len = seq_len if document_len is None else min(document_len, seq_len)
+    return model_from_config(values).flops_per_token(attention_len)
 
 
-def peak_tflops(plan: dict) -> float | None:
-    """Peak dense bf16 TFLOPS of one device the run uses (the plan's GPU by name, or its custom GPU object):
-    None on CPU (no meaningful MFU)."""
+def peak_tflops(spec) -> float | None:
+    """Peak dense TFLOPS of one device the run uses (the plan's GPU, from the catalog or its custom object): None on
+    CPU ranks (no meaningful MFU there)."""
     if not torch.cuda.is_available():
         return None
-    gpu = (plan.get("hardware") or {}).get("gpu")
-    if isinstance(gpu, dict):
-        return float(gpu.get("bf16_dense_tflops") or 0) or None
-    return PEAK_BF16_TFLOPS.get(gpu)
+    return spec.gpu.peak_flops(spec.plan.training.dtype) / 1e12
 
 
 class TensorMemoryTracker(TorchDispatchMode):
@@ -185,7 +162,7 @@ class MemoryMeter:
 
 
 class MetricsWriter:
-    """Appends one JSON object per line to RUN_DIR/metrics.jsonl and flushes it (rank 0 only)."""
+    """Appends one JSON object per line to the attempt's metrics file and flushes it (rank 0 only)."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
@@ -209,23 +186,6 @@ def _finite(v):
     if isinstance(v, (list, tuple)):
         return [_finite(x) for x in v]
     return v
-
-
-def truncate_after(path: Path, step: int) -> None:
-    """On resume: drop lines for steps after the checkpoint, so the curve continues without duplicates."""
-    path = Path(path)
-    if not path.exists():
-        return
-    keep = []
-    for line in path.read_text().splitlines():
-        try:
-            if json.loads(line).get("step", 0) <= step:
-                keep.append(line)
-        except json.JSONDecodeError:
-            continue
-    tmp = path.with_name(path.name + f".{os.getpid()}")
-    tmp.write_text("".join(l + "\n" for l in keep))
-    os.replace(tmp, path)
 
 
 class StepClock:

@@ -27,8 +27,8 @@ def build_model(spec, attn_implementation: str, init_from: str | None = None):
         torch.manual_seed(spec.seed)  # the same random weights on every rank and in every run with this seed
         model = AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation, dtype=dtype)
     model.config.use_cache = False
-    if spec.tiled_mlp:
-        enable_tiled_mlp(model)
+    # TiledMLP is enabled later (train.run_stage), after the Trainer applied Liger's kernels, so that it tiles
+    # whatever MLP forward the model then has (Liger's fused SwiGLU with training.liger_kernel)
     if spec.tiled_logits_loss:
         enable_tiled_logits_loss(model, spec.zero_stage)
     return model
@@ -37,13 +37,11 @@ def build_model(spec, attn_implementation: str, init_from: str | None = None):
 def enable_tiled_mlp(model) -> int:
     """Route every gated MLP (gate/up/down projections) through DeepSpeed's `TiledMLP`: the MLP runs over
     ceil(seqlen / hidden) sequence shards and is recomputed shard by shard in backward, so its
-    intermediate activations never exist for the whole sequence. Returns the number of MLPs patched."""
+    intermediate activations never exist for the whole sequence. Each shard runs the MLP's forward as it is when
+    this is called (Transformers' or Liger's fused SwiGLU). Returns the number of MLPs patched."""
     import types
 
     from deepspeed.runtime.sequence_parallel.ulysses_sp import TiledMLP
-
-    def mlp_compute(self, x):
-        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
 
     def tiled_forward(self, x):
         seqlen, hidden = x.shape[-2], x.shape[-1]
@@ -51,21 +49,27 @@ def enable_tiled_mlp(model) -> int:
         if torch.distributed.is_initialized():  # every rank must use the same count (collectives inside ZeRO-3)
             torch.distributed.all_reduce(shards, op=torch.distributed.ReduceOp.MAX)
         params = [self.down_proj.weight, self.gate_proj.weight, self.up_proj.weight]
-        return TiledMLP.apply(mlp_compute, self, x, int(shards.item()), params)
+        return TiledMLP.apply(lambda mlp, shard: mlp._ulab_untiled_forward(shard), self, x, int(shards.item()), params)
 
     n = 0
     for module in model.modules():
         if all(hasattr(module, a) for a in ("gate_proj", "up_proj", "down_proj", "act_fn")):
-            module.forward = types.MethodType(tiled_forward, module)
+            if not hasattr(module, "_ulab_untiled_forward"):
+                module._ulab_untiled_forward = module.forward
+                module.forward = types.MethodType(tiled_forward, module)
             n += 1
     if n == 0:
         raise ValueError("training.tiled_mlp: this model has no gated MLP (gate_proj/up_proj/down_proj) to tile")
     return n
 
 
-def checkpoint_offload_context(enabled: bool):
+def checkpoint_offloader(enabled: bool):
     """DeepSpeed's `CheckpointHiddenStatesOffload`: the hidden states saved at each checkpointed layer's input
-    go to (pinned) CPU memory until backward needs them. Needs activation checkpointing."""
+    go to (pinned) CPU memory until backward needs them. Needs activation checkpointing.
+
+    One instance serves every micro batch (entered once per training step): its pool of pinned host buffers
+    then outlives the step, instead of pinning fresh host memory for every micro batch. DeepSpeed offloads only
+    from an accelerator (on CPU ranks it counts the marked tensors and keeps them where they are)."""
     if not enabled:
         return contextlib.nullcontext()
     from deepspeed.runtime.activation_checkpointing.offload_activations import CheckpointHiddenStatesOffload
@@ -136,37 +140,3 @@ def enable_tiled_logits_loss(model, zero_stage: int) -> TiledLossHead:
     wrapper = TiledLossHead(model.get_output_embeddings(), zero_stage)
     model.set_output_embeddings(wrapper)
     return wrapper
-
-
-def register_document_aware_sdpa() -> None:
-    """Make "sdpa" respect packed-document boundaries when no mask is given (the Ulysses path).
-
-    Ulysses drops the model's attention mask (it was built for the local shard) and calls the core attention
-    with the gathered full-sequence position_ids. flash_attention_2/3 turn those into varlen boundaries, but
-    sdpa would fall back to plain causal attention across documents, unlike the single-process run whose mask
-    Transformers builds from the packed position_ids. This wrapper builds that block-causal mask (documents start
-    where position_ids restart at 0) from the gathered position_ids. Without a restart it stays `is_causal`.
-    The mask is O(seq^2) booleans: for long packed sequences use flash attention on GPU.
-    Idempotent; call before Accelerate registers Ulysses (which wraps whatever "sdpa" is at that time).
-    """
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
-    inner = ALL_ATTENTION_FUNCTIONS["sdpa"]
-    if getattr(inner, "_ulab_document_aware", False):
-        return
-
-    def sdpa_with_documents(module, query, key, value, attention_mask, *args, **kwargs):
-        pos = kwargs.get("position_ids")
-        if attention_mask is None and pos is not None and query.shape[2] > 1 and pos.shape[-1] == query.shape[2]:
-            restarts = pos[..., 1:] == 0
-            if bool(restarts.any()):
-                doc = torch.cumsum(torch.nn.functional.pad(restarts.long(), (1, 0)), dim=-1)  # [b, s]
-                s = pos.shape[-1]
-                causal = torch.ones(s, s, dtype=torch.bool, device=query.device).tril()
-                attention_mask = (doc[:, :, None] == doc[:, None, :]) & causal  # [b, s, s]
-                attention_mask = attention_mask[:, None, :, :]
-                kwargs["is_causal"] = False
-        return inner(module, query, key, value, attention_mask, *args, **kwargs)
-
-    sdpa_with_documents._ulab_document_aware = True
-    ALL_ATTENTION_FUNCTIONS["sdpa"] = sdpa_with_documents

@@ -19,34 +19,43 @@ import torch
 from torch.utils.data import Dataset, SequentialSampler
 from transformers import Trainer
 
-from .model import checkpoint_offload_context
+from .data import step_row
+from .model import checkpoint_offloader
 
 
 class PackedRows(Dataset):
-    """The packed rows of one stage seen from sample `offset` on, cycling: item i is row (offset + i) % rows."""
+    """The packed rows of one stage seen from row `offset` on, cycling, in the order that makes every optimizer
+    step train consecutive rows whatever the sp x dp x grad_accum layout (data.step_row): item i is row
+    (offset + step_row(i)) % rows."""
 
-    def __init__(self, rows: dict, offset: int, length: int):
+    def __init__(self, rows: dict, offset: int, length: int, *, sp: int = 1, dp: int = 1, grad_accum: int = 1,
+                 micro_batch: int = 1):
         self.rows = {k: torch.from_numpy(v) for k, v in rows.items()}
         self.n = self.rows["input_ids"].shape[0]
         self.offset, self.length = offset, length
+        self.layout = {"sp": sp, "dp": dp, "grad_accum": grad_accum, "micro_batch": micro_batch}
 
     def __len__(self) -> int:
         return self.length
 
     def __getitem__(self, i: int) -> dict:
-        r = (self.offset + i) % self.n
+        r = (self.offset + step_row(i, **self.layout)) % self.n
         return {k: v[r] for k, v in self.rows.items()}
 
 
 class UlyssesTrainer(Trainer):
     loss_is_scaled_for_ga = True
 
-    def __init__(self, *args, sp_size: int = 1, zero_stage: int = 0, tiled_logits: bool = False, checkpoint_offload: bool = False,
-                 **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, *args, sp_size: int = 1, zero_stage: int = 0, tiled_logits: bool = False,
+                 checkpoint_offload: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)  # applies Liger's kernels to the model when args.use_liger_kernel
         self.tiled_logits = tiled_logits
+        # Liger's fused linear cross-entropy (no logits tensor): the model computes the loss from shift_labels.
+        # Not under ZeRO-3, where it would read the partitioned lm_head weight outside the head's forward (Liger's
+        # lce_forward handles FSDP only); the tiled logits loss, when on, owns the head in any case.
+        self.liger_loss = bool(self.args.use_liger_kernel) and not tiled_logits and zero_stage < 3
         self.zero_stage = zero_stage
-        self.checkpoint_offload = checkpoint_offload
+        self.offload = checkpoint_offloader(checkpoint_offload)  # one context for every micro batch
         self.world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
         self.dp = self.world // max(1, sp_size)
         # ZeRO-3 hands Ulysses gradients back at 1/sp of what ZeRO-1/2 (and one process) give: measured, the grad
@@ -99,6 +108,9 @@ class UlyssesTrainer(Trainer):
             finally:
                 head.labels = None
             loss = outputs.logits.reshape(())
+        elif self.liger_loss:  # Liger divides its token-loss sum by num_items_in_batch: 1/scale makes it sum*scale
+            outputs = model(**fwd, shift_labels=shift_labels, num_items_in_batch=1.0 / self._scale, use_cache=False)
+            loss = outputs.loss
         else:
             outputs = model(**fwd, use_cache=False)
             logits = outputs.logits.float()
@@ -108,7 +120,7 @@ class UlyssesTrainer(Trainer):
         return (loss, outputs) if return_outputs else loss
 
     def training_step(self, model, inputs, num_items_in_batch=None):
-        with checkpoint_offload_context(self.checkpoint_offload):
+        with self.offload:
             return super().training_step(model, inputs, num_items_in_batch)
 
     def _get_grad_norm(self, model, grad_norm=None):

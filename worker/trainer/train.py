@@ -2,7 +2,9 @@
 Trainer with Accelerate `ParallelismConfig(sp_backend="deepspeed")` and the generated DeepSpeed config.
 
 Layout of RUN_DIR:
-  metrics.jsonl                       one line per optimizer step (rank 0)
+  metrics.jsonl                       one line per optimizer step (rank 0) of attempt 1 (attempt.py);
+  metrics.attempt-N.jsonl             of attempt N >= 2, from the step after the checkpoint it resumed
+  run.lock                            held by every process of the live attempt; names it (attempt.py)
   data/stage{i}.npz                   packed rows per stage (written by the CLI before the ranks start)
   checkpoints/stage{i}/checkpoint-K   Trainer + DeepSpeed checkpoints (K counts inside the stage; last K kept)
   stages/stage{i}/                    the model at the end of stage i (stage i+1 starts from it)
@@ -15,7 +17,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import sys
 import time
 import traceback
@@ -23,53 +24,36 @@ from pathlib import Path
 
 import torch
 
+from plan.launch import deepspeed_config, effective_attn, parallelism, training_arguments
+
+from .attempt import ATTEMPT_ENV, metrics_file, metrics_files
+from .attention import install_document_attention
 from .callbacks import STOP, StepMetricsCallback, install_stop_handler
+from .checkpoints import latest_checkpoint
+from .collectives import check_shared_run_dir, share_cores
 from .data import load_stage_rows
-from .launch_config import deepspeed_config
-from .metrics import MemoryMeter, MetricsWriter, peak_tflops, truncate_after
-from .model import TiledLossHead, build_model, register_document_aware_sdpa
-
-EXIT_OK, EXIT_FAILED, EXIT_OOM, EXIT_PREEMPTED = 0, 1, 3, 75
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from .exits import EXIT_FAILED, EXIT_OK, EXIT_OOM, EXIT_PREEMPTED, says_out_of_memory
+from .metrics import MemoryMeter, MetricsWriter, peak_tflops
+from .model import TiledLossHead, build_model, enable_tiled_mlp
+from .net import free_port
 
 
 def setup_distributed() -> tuple[int, int, str]:
     """(rank, world, device type). A single process without torchrun becomes a world of one."""
     if "LOCAL_RANK" not in os.environ:
         os.environ.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
-                           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())})
+                           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())})
     cuda = torch.cuda.is_available()
     if cuda:
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-    else:
-        # share the cores between the ranks of this node instead of oversubscribing them
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
+    # the node's cores, shared between its ranks (torchrun leaves each at OMP_NUM_THREADS=1): torch's CPU ops on CPU
+    # ranks, DeepSpeedCPUAdam's OpenMP loop with the optimizer offloaded
+    share_cores(int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     import deepspeed
 
     # on CPU, Accelerate's SP set-up asserts unless DeepSpeed's comm is up before the Trainer is built
     deepspeed.comm.init_distributed(dist_backend="nccl" if cuda else "gloo")
     return torch.distributed.get_rank(), torch.distributed.get_world_size(), "cuda" if cuda else "cpu"
-
-
-def latest_checkpoint(run_dir: Path):
-    """(stage index, checkpoint dir, steps done inside the stage) of the newest complete checkpoint, or None."""
-    best = None
-    for state in Path(run_dir).glob("checkpoints/stage*/checkpoint-*/trainer_state.json"):
-        ck = state.parent
-        stage = int(re.search(r"stage(\d+)", ck.parent.name).group(1))
-        k = int(ck.name.rsplit("-", 1)[1])
-        if best is None or (stage, k) > best[0]:
-            best = ((stage, k), ck)
-    if best is None:
-        return None
-    (stage, k), ck = best
-    return stage, ck, k
 
 
 class _Attention:
@@ -106,42 +90,44 @@ def run_stage(spec, run_dir: Path, stage_index: int, *, resume_from: Path | None
     init_from = str(Path(run_dir) / "stages" / f"stage{stage_index - 1}") if stage_index > 0 else None
     pc = None
     if spec.sp_size > 1:
-        pc = ParallelismConfig(sp_backend="deepspeed", sp_size=spec.sp_size, dp_shard_size=1,
+        par = parallelism(spec.spec, stage.seq_len, cuda=torch.cuda.is_available())
+        pc = ParallelismConfig(sp_backend=par["sp_backend"], sp_size=par["sp_size"], dp_shard_size=par["dp_shard_size"],
                                sp_handler=DeepSpeedSequenceParallelConfig(
-                                   sp_seq_length=stage.seq_len, sp_seq_length_is_variable=True,
+                                   sp_seq_length=par["sp_seq_length"],
+                                   sp_seq_length_is_variable=par["sp_seq_length_is_variable"],
                                    sp_attn_implementation=attn))
     samples_per_step = spec.micro_batch_size * spec.grad_accum * spec.dp_size
     length = stage.steps * samples_per_step
     unit = spec.world_size * spec.micro_batch_size
     length = -(-length // unit) * unit
     rows = load_stage_rows(run_dir, stage_index)
-    dataset = PackedRows(rows, offset=(step_offset + steps_done) * samples_per_step, length=length)
+    dataset = PackedRows(rows, offset=(step_offset + steps_done) * samples_per_step, length=length,
+                         sp=spec.sp_size, dp=spec.dp_size, grad_accum=spec.grad_accum,
+                         micro_batch=spec.micro_batch_size)
     # random weights are drawn before the DeepSpeed config exists, so ZeRO-3's zero.Init does not partition them
     # at creation (which would draw different numbers per layout); checkpoints load under zero.Init
     model = build_model(spec, attn) if init_from is None and spec.model_path is None else None
-    ds_cfg = deepspeed_config(spec.plan)
     out_dir = Path(run_dir) / "checkpoints" / f"stage{stage_index}"
     args = TrainingArguments(
-        output_dir=str(out_dir), per_device_train_batch_size=spec.micro_batch_size,
-        gradient_accumulation_steps=spec.grad_accum, max_steps=stage.steps, learning_rate=stage.learning_rate,
-        lr_scheduler_type=stage.lr_scheduler, warmup_steps=stage.warmup_steps, weight_decay=spec.weight_decay,
-        max_grad_norm=spec.max_grad_norm, bf16=spec.dtype == "bf16", fp16=spec.dtype == "fp16",
-        deepspeed=ds_cfg, parallelism_config=pc, seed=spec.seed, data_seed=spec.seed,
-        activation_checkpointing=spec.activation_checkpointing,
-        activation_checkpointing_kwargs={"use_reentrant": False} if spec.activation_checkpointing else None,
+        output_dir=str(out_dir), deepspeed=deepspeed_config(spec.spec), parallelism_config=pc,
         save_strategy="no", save_total_limit=spec.keep_checkpoints, logging_strategy="no", report_to="none",
         disable_tqdm=True, ignore_data_skip=True, dataloader_num_workers=0, remove_unused_columns=False,
-        use_cpu=not torch.cuda.is_available(), ddp_backend=None,
+        ddp_backend=None, **training_arguments(spec.plan, stage, cuda=torch.cuda.is_available()),
     )
     if model is None:
         model = build_model(spec, attn, init_from=init_from)
+    if not install_document_attention(attn, model.config) and rank == 0 and stage_index == 0:
+        print(f"attention: {attn} with Transformers' own masks (a sliding-window model or a kernel without "
+              "document support)", flush=True)
     trainer = UlyssesTrainer(model=model, args=args, train_dataset=dataset, data_collator=default_data_collator,
                              sp_size=spec.sp_size, zero_stage=spec.zero_stage,
                              tiled_logits=spec.tiled_logits_loss, checkpoint_offload=spec.checkpoint_offload)
+    if spec.tiled_mlp:  # after the Trainer applied Liger (if asked): TiledMLP tiles the MLP forward the model has now
+        enable_tiled_mlp(model)
     cb = StepMetricsCallback(trainer, writer=writer, step_offset=step_offset, stage_index=stage_index,
-                             seq_len=stage.seq_len, model_config=model.config, peak_tflops=peak_tflops(spec.plan),
-                             checkpoint_every=spec.checkpoint_every, memory=MemoryMeter(spec.plan.get("run", {})
-                                                                                       .get("track_memory", True)))
+                             seq_len=stage.seq_len, model_config=model.config, peak_tflops=peak_tflops(spec.spec),
+                             checkpoint_every=spec.checkpoint_every, memory=MemoryMeter(spec.run.track_memory),
+                             run_spec=spec, document_len=spec.plan.training.document_len)
     if os.environ.get("ULAB_TRAINER_BARE") != "1":  # bench/trainer_overhead.py measures the loop without it
         trainer.add_callback(cb)
     t0 = time.perf_counter()
@@ -167,12 +153,18 @@ def run_stage(spec, run_dir: Path, stage_index: int, *, resume_from: Path | None
 def train_this_rank(spec, run_dir: Path, resume: bool) -> int:
     run_dir = Path(run_dir)
     rank = int(os.environ.get("RANK", "0"))
+    attempt = int(os.environ.get(ATTEMPT_ENV, "1"))  # `ulab train` tags itself and every rank with it
     install_stop_handler()
     try:
         rank, world, device = setup_distributed()
         if world != spec.world_size:
             raise RuntimeError(f"the plan needs {spec.world_size} ranks (sp_size*dp_size) but torchrun started {world}")
-        attn = spec.attn_implementation if device == "cuda" else "sdpa"
+        if world > int(os.environ.get("LOCAL_WORLD_SIZE", world)):  # ranks on other nodes write nothing locally
+            check_shared_run_dir(run_dir, rank, world, spec.num_nodes)
+        attn = effective_attn(spec.plan, cuda=device == "cuda")
+        if rank == 0 and attn != spec.attn_implementation:
+            print(f"training.attn_implementation {spec.attn_implementation!r} needs CUDA; these CPU ranks use "
+                  f"{attn!r}", flush=True)
         start_stage, resume_from, steps_done = 0, None, 0
         if resume:
             found = latest_checkpoint(run_dir)
@@ -181,14 +173,11 @@ def train_this_rank(spec, run_dir: Path, resume: bool) -> int:
             start_stage, resume_from, steps_done = found
         writer = None
         if rank == 0:
-            metrics = run_dir / "metrics.jsonl"
-            if resume:
-                truncate_after(metrics, sum(s.steps for s in spec.stages[:start_stage]) + steps_done)
-            elif metrics.exists():
-                metrics.unlink()
-            writer = MetricsWriter(metrics)
-        if attn == "sdpa" and spec.sp_size > 1:
-            register_document_aware_sdpa()
+            # a resumed attempt writes a file of its own (attempt.py); a start from scratch drops what was there
+            mine = metrics_file(run_dir, attempt if resume else 1)
+            for old in ([] if resume else metrics_files(run_dir)) + [mine]:
+                old.unlink(missing_ok=True)
+            writer = MetricsWriter(mine)
         attention = _Attention(attn)
         for i in range(start_stage, len(spec.stages)):
             if i > start_stage:
@@ -208,7 +197,7 @@ def train_this_rank(spec, run_dir: Path, resume: bool) -> int:
     except torch.OutOfMemoryError as e:
         return _oom(run_dir, rank, e)
     except RuntimeError as e:
-        if "out of memory" in str(e) or "can't allocate memory" in str(e):
+        if says_out_of_memory(str(e)):
             return _oom(run_dir, rank, e)
         return _fail(run_dir, rank, f"rank {rank}: {type(e).__name__}: {_first_line(e)}", EXIT_FAILED)
     except Exception as e:  # noqa: BLE001 - every failure ends with one line
