@@ -2,35 +2,61 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Ulysses Lab: plan, queue and watch Ulysses SP training.")
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Ulysses Lab: plan, queue and watch Ulysses SP training.")
 
 
 @app.command()
 def plan(
-    json_path: Path = typer.Option(..., "--json", exists=True, dir_okay=False, help="Plan file (plan-v1)."),
+    json_path: Path = typer.Option(..., "--json", exists=True, dir_okay=False, help="Plan file (plan-v1; a `run` "
+                                   "section is allowed)."),
     max_seq: bool = typer.Option(False, "--max-seq", help="Answer the longest seq_len that fits."),
+    effective: bool = typer.Option(False, "--effective", help="Print the validated plan with every default filled."),
     text: bool = typer.Option(False, "--text", help="Print a summary for people instead of the JSON."),
+    recommend: bool = typer.Option(False, "--recommend", help="Answer the configurations that fit the file's model, "
+                                   "hardware and seq_len, best first (other training/parallel fields it sets are "
+                                   "locked)."),
+    longest: bool = typer.Option(False, "--longest", help="With --recommend: search for the longest seq_len."),
+    fix: bool = typer.Option(False, "--fix", help="Answer the fewest, cheapest changes that make the plan fit."),
+    sp_methods: bool = typer.Option(False, "--sp-methods", help="Estimate Ulysses vs ring attention vs a hybrid."),
 ) -> None:
     """Estimate per-GPU memory and throughput for a plan (prints plan-v1 estimate JSON). Exit 1 if the plan is
-    not valid."""
-    from backend import planner
-    from backend.planner.report import text_report
+    not valid, with every broken field named."""
+    import plan as planner
+    from plan.report import text_report
 
     try:
-        spec = json.loads(json_path.read_text())
+        data = json.loads(json_path.read_text())
     except json.JSONDecodeError as e:
         typer.echo(f"{json_path}: not valid JSON: {e}", err=True)
-        raise typer.Exit(2)
-    result = planner.max_seq_len(spec) if max_seq else planner.estimate(spec)
+        raise typer.Exit(2) from None
+    if effective:
+        v = planner.validate(data)
+        if v.plan is None or v.errors:
+            typer.echo(json.dumps({"valid": False, "errors": v.errors, "warnings": v.warnings}, indent=1))
+            raise typer.Exit(1)
+        typer.echo(json.dumps(v.plan.effective(), indent=1))
+        raise typer.Exit(0)
+    if recommend or fix or sp_methods:
+        if recommend:
+            answer = planner.recommend(data, longest=longest)
+            ok = not answer.get("errors")
+        elif fix:
+            answer = planner.fix(data)
+            ok = answer["estimate"].get("valid", False)
+        else:
+            answer = planner.compare_sp_methods(data)
+            ok = answer["valid"]
+        typer.echo(json.dumps(answer, indent=1))
+        raise typer.Exit(0 if ok else 1)
+    result = planner.max_seq_len(data) if max_seq else planner.estimate(data)
     est = result["estimate"] if max_seq else result
     if text:
-        typer.echo(text_report(spec, est, result["max_seq_len"] if max_seq else None))
+        typer.echo(text_report(data, est, result["max_seq_len"] if max_seq else None))
     else:
         typer.echo(json.dumps(result, indent=1))
     raise typer.Exit(0 if est.get("valid") else 1)
@@ -41,11 +67,33 @@ def train(
     plan_path: Path = typer.Option(..., "--plan", help="Plan file with a `run` section (trainer-v1)."),
     run_dir: Path = typer.Option(..., "--run-dir", help="Directory for metrics.jsonl, logs and checkpoints."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint in run-dir."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and the DeepSpeed, Accelerate and "
+                                 "TrainingArguments settings it turns into on this machine; start nothing."),
 ) -> None:
     """Run the Ulysses trainer (starts its own ranks with torchrun when the plan has more than one)."""
-    from worker.trainer.cli import run_train
+    from worker.trainer.cli import run_dry, run_train
 
-    raise typer.Exit(run_train(plan_path, run_dir, resume))
+    raise typer.Exit(run_dry(plan_path) if dry_run else run_train(plan_path, run_dir, resume))
+
+
+@app.command()
+def job(plan_path: Path = typer.Option(..., "--plan", help="The run's plan file in its run directory.")) -> None:
+    """One node of a run's Slurm job (srun starts it from the job script): trains, ships metrics, beats."""
+    from worker.slurm_job import run_job
+
+    raise typer.Exit(run_job(plan_path))
+
+
+@app.command()
+def openapi(out: Path | None = typer.Option(None, "--out", help="Write the schema here instead of stdout.")) -> None:
+    """Print the HTTP API's OpenAPI schema (the dashboard generates its TypeScript types from it)."""
+    from backend.main import create_app
+
+    text = json.dumps(create_app().openapi(), indent=1, sort_keys=True) + "\n"
+    if out is None:
+        typer.echo(text, nl=False)
+    elif not out.is_file() or out.read_text() != text:  # unchanged: keep the file's time, so make does nothing
+        out.write_text(text)
 
 
 @app.command()
@@ -76,7 +124,7 @@ def serve(
 
 @app.command()
 def worker(
-    gpu_type: Optional[str] = typer.Option(None, "--gpu-type", help="GPU type this node serves (its queue)."),
+    gpu_type: str | None = typer.Option(None, "--gpu-type", help="GPU type this node serves (its queue)."),
     gpus: int = typer.Option(0, "--gpus", help="GPUs on this node (0: as many as the run asks, CPU ranks)."),
     loglevel: str = typer.Option("info"),
 ) -> None:
@@ -94,26 +142,24 @@ app.add_typer(token_app, name="token")
 def token_create(
     role: str = typer.Option(..., "--role", help="viewer, submitter, approver, admin or worker."),
     name: str = typer.Option("cli", "--name", help="Who or what holds the token."),
-    file: Optional[Path] = typer.Option(None, "--file", help="Also write the token to this file (mode 600)."),
+    file: Path | None = typer.Option(None, "--file", help="Also write the token to this file (mode 600)."),
     reuse: bool = typer.Option(False, "--reuse", help="If --file holds a valid token already, print it instead."),
 ) -> None:
     """Create an API token and print it (only its hash is stored)."""
     from backend.auth.roles import Role
-    from backend.auth.service import create_token, verify
+    from backend.auth.service import create_token, token_in_file
     from backend.core.db import get_sessionmaker, upgrade_database
 
     try:
         role_enum = Role(role)
     except ValueError:
         typer.echo(f"--role must be one of {', '.join(r.value for r in Role)}", err=True)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     upgrade_database()
     with get_sessionmaker()() as session:
-        if reuse and file and file.is_file():
-            old = file.read_text().strip()
-            if verify(session, old):
-                typer.echo(old)
-                return
+        if reuse and file:
+            typer.echo(token_in_file(session, file, name, role_enum)[0])
+            return
         _, token = create_token(session, name, role_enum)
     if file:
         file.parent.mkdir(parents=True, exist_ok=True)
@@ -127,4 +173,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

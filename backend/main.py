@@ -1,5 +1,6 @@
 """The FastAPI application: API routers plus the built dashboard (frontend/dist) at /."""
 import asyncio
+import logging
 from contextlib import asynccontextmanager, suppress
 
 from fastapi import FastAPI
@@ -7,21 +8,49 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from backend.api.errors import install_error_handlers
+from backend.api.headers import SecurityHeaders
+from backend.api.limits import RequestLimits
 from backend.auth.router import router as auth_router
+from backend.calibration.router import router as calibration_router
 from backend.core.settings import get_settings
+from backend.executors.base import slurm_configured
 from backend.metrics.router import router as metrics_router
 from backend.plans.router import router as plans_router
 from backend.runs.lifecycle import supervise_forever
 from backend.runs.router import router as runs_router
 
+log = logging.getLogger(__name__)
+
+
+def load_calibration_results() -> None:
+    """gpu-check result files become measured calibration rows (idempotent: keyed by file and row)."""
+    from backend.calibration.service import load_results
+    from backend.core.db import session_scope
+
+    directory = get_settings().calibration_dir
+    if not directory.is_dir():
+        return
+    try:
+        with session_scope() as session:
+            n = load_results(session, directory)
+        log.info("calibration: %d gpu-check rows from %s", n, directory)
+    except Exception:  # noqa: BLE001 - a bad results file never stops the API
+        log.exception("calibration: could not load %s", directory)
+
 
 @asynccontextmanager
 async def lifespan(app: FastAPI):
-    task = asyncio.create_task(supervise_forever(get_settings()))  # reaper + re-send of queued runs
+    await asyncio.to_thread(load_calibration_results)
+    tasks = [asyncio.create_task(supervise_forever(get_settings()))]  # reaper + re-send of queued runs
+    if slurm_configured():  # a GPU queue runs on Slurm: follow its jobs (backend/executors/slurm.py)
+        from backend.executors.slurm import poll_forever
+
+        tasks.append(asyncio.create_task(poll_forever(get_settings())))
     yield
-    task.cancel()
-    with suppress(asyncio.CancelledError):
-        await task
+    for task in tasks:
+        task.cancel()
+        with suppress(asyncio.CancelledError):
+            await task
 
 
 def create_app() -> FastAPI:
@@ -29,10 +58,13 @@ def create_app() -> FastAPI:
                   description="Plan, queue and watch long-context training with Ulysses sequence parallelism.",
                   lifespan=lifespan)
     install_error_handlers(app)
+    app.add_middleware(RequestLimits)  # body size, UTF-8, finite numbers and depth, before any route reads a body
+    app.add_middleware(SecurityHeaders)  # outermost: the limits' own 413/422 answers carry the headers too
     app.include_router(auth_router)
     app.include_router(plans_router)
     app.include_router(runs_router)
     app.include_router(metrics_router)
+    app.include_router(calibration_router)
 
     @app.get("/api/health", tags=["meta"])
     async def health() -> dict:

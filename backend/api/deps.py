@@ -16,9 +16,13 @@ COOKIE = "ulab_token"
 
 
 def get_session() -> Iterator[Session]:
+    """The request's session; whatever the request wrote and did not commit is rolled back if it fails."""
     session = get_sessionmaker()()
     try:
         yield session
+    except BaseException:
+        session.rollback()
+        raise
     finally:
         session.close()
 

@@ -1,24 +1,30 @@
 """Errors a user can cause, answered as 4xx with the field and the reason: {"detail": [{"field", "message"}]}."""
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from sqlalchemy.exc import DataError
 
+from backend.core.text import UnstorableValue
 from backend.runs.states import IllegalTransition
+from plan.errors import FieldError, field_errors
 
 
 class UserError(Exception):
-    def __init__(self, status: int, field: str, message: str, extra: list[dict] | None = None):
+    def __init__(self, status: int, field: str, message: str, extra: Sequence[Mapping[str, object]] = ()):
         super().__init__(message)
         self.status = status
-        self.detail = [{"field": field, "message": message}] + (extra or [])
+        self.detail = [{"field": field, "message": message}] + [
+            {"field": str(e["field"]), "message": str(e["message"])} for e in extra]
 
     @classmethod
-    def many(cls, status: int, errors: list[dict]) -> "UserError":
+    def many(cls, status: int, errors: Sequence[Mapping[str, object]]) -> UserError:
         first, *rest = errors
-        return cls(status, first["field"], first["message"], rest)
+        return cls(status, str(first["field"]), str(first["message"]), rest)
 
 
 class NotFound(UserError):
@@ -26,9 +32,25 @@ class NotFound(UserError):
         super().__init__(404, "id", f"{what} {ident} does not exist")
 
 
-def _field_of(loc: tuple) -> str:
-    parts = [str(p) for p in loc if p not in ("body", "query", "path")]
-    return ".".join(parts) or "body"
+_SOURCES = ("body", "query", "path", "header", "cookie")
+
+
+def _body_model(request: Request) -> type[BaseModel] | None:
+    """The pydantic model of the route's body (so an unknown key can be answered with the closest known one)."""
+    body = getattr(request.scope.get("route"), "body_field", None)
+    annotation = getattr(getattr(body, "field_info", None), "annotation", None)
+    return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+
+
+def request_errors(request: Request, errors: list) -> list[FieldError]:
+    """FastAPI's validation errors in our shape, through the plan's one converter (plan/errors.py)."""
+    out: list[FieldError] = []
+    for e in errors:
+        loc = tuple(e.get("loc", ()))
+        source = loc[0] if loc and loc[0] in _SOURCES else None
+        root = _body_model(request) if source == "body" else None
+        out += field_errors([{**e, "loc": loc[1:] if source else loc}], root, root_label=source or "request")
+    return out
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -41,10 +63,13 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse({"detail": [{"field": "state", "message": str(exc)}]}, status_code=409)
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        detail = [{"field": _field_of(tuple(e.get("loc", ()))), "message": e.get("msg", "invalid")}
-                  for e in exc.errors()]
-        return JSONResponse({"detail": detail}, status_code=422)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"detail": request_errors(request, list(exc.errors()))}, status_code=422)
+
+    @app.exception_handler(UnstorableValue)
+    async def _unstorable_value(_: Request, exc: UnstorableValue) -> JSONResponse:
+        # The database session refused to write a value it could not read back (backend/core/db.py)
+        return JSONResponse({"detail": [{"field": exc.field, "message": exc.message}]}, status_code=422)
 
     @app.exception_handler(DataError)
     async def _unstorable(_: Request, exc: DataError) -> JSONResponse:

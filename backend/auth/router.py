@@ -1,7 +1,7 @@
 """HTTP: sign in with a token (kept in an httpOnly cookie for the browser), and token management (admin)."""
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 
-from backend.api.deps import Admin, COOKIE, Reader, RowId, SessionDep
+from backend.api.deps import COOKIE, Admin, Reader, RowId, SessionDep
 from backend.api.errors import NotFound, UserError
 from backend.auth import service
 from backend.auth.schemas import Identity, SignIn, TokenCreate, TokenCreated, TokenOut
@@ -11,11 +11,13 @@ router = APIRouter(prefix="/api", tags=["access"])
 
 @router.post("/session")
 def sign_in(body: SignIn, response: Response, session: SessionDep) -> Identity:
-    """Check a token and keep it in an httpOnly, SameSite=Strict cookie (the dashboard and its SSE use it)."""
+    """Check a token and open a session of it: a token of its own, acting as the one given, kept in an httpOnly,
+    SameSite=Strict cookie (the dashboard and its SSE use it); sign-out revokes it."""
     principal = service.verify(session, body.token)
     if principal is None:
         raise UserError(401, "token", "the API token is unknown or revoked")
-    response.set_cookie(COOKIE, body.token, httponly=True, samesite="strict", max_age=30 * 24 * 3600, path="/")
+    cookie = service.open_session(session, principal)
+    response.set_cookie(COOKIE, cookie, httponly=True, samesite="strict", max_age=30 * 24 * 3600, path="/")
     return Identity(name=principal.name, role=principal.role, token_id=principal.token_id)
 
 
@@ -25,7 +27,11 @@ def whoami(user: Reader) -> Identity:
 
 
 @router.delete("/session", status_code=204)
-def sign_out(response: Response) -> None:
+def sign_out(request: Request, response: Response, session: SessionDep) -> None:
+    """Revoke the cookie's session token and drop the cookie."""
+    cookie = request.cookies.get(COOKIE)
+    if cookie:
+        service.close_session(session, cookie)
     response.delete_cookie(COOKIE, path="/")
 
 

@@ -1,18 +1,23 @@
 """API tokens: create (shown once), verify by hash, revoke."""
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import os
 import secrets
+import socket
 import threading
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 
+from cachetools import TTLCache
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from backend.auth.models import ApiToken
 from backend.auth.roles import GRANTS, Permission, Role
+from backend.core.settings import Settings
 
 TOKEN_PREFIX = "ulab_"
 
@@ -47,35 +52,76 @@ def create_token(session: Session, name: str, role: Role) -> tuple[ApiToken, str
 # request. A revocation through this process takes effect at once; through another API process within
 # VERIFIED_TTL_S.
 VERIFIED_TTL_S = 5.0
-_verified: dict[str, tuple[Principal, float]] = {}
-_verified_lock = threading.Lock()
-
-
-def _cached(digest: str) -> Principal | None:
-    with _verified_lock:
-        hit = _verified.get(digest)
-    return hit[0] if hit and hit[1] > time.monotonic() else None
+_verified: TTLCache[str, Principal] = TTLCache(maxsize=10_000, ttl=VERIFIED_TTL_S)
+_verified_lock = threading.Lock()  # cachetools caches are not thread-safe; routes run in a thread pool
 
 
 def cached_principal(token: str) -> Principal | None:
     """The principal of a token verified in the last VERIFIED_TTL_S seconds, without a database round trip."""
-    return _cached(hash_token(token))
+    with _verified_lock:
+        return _verified.get(hash_token(token))
 
 
 def verify(session: Session, token: str) -> Principal | None:
-    digest = hash_token(token)
-    principal = _cached(digest)
+    """The principal of a valid token. A browser session's token acts as the token it was opened with (same id, so
+    "my runs" stay mine across sign-ins), and only while that token is not revoked."""
+    principal = cached_principal(token)
     if principal is not None:
         return principal
+    digest = hash_token(token)
     row = session.scalar(select(ApiToken).where(ApiToken.token_hash == digest, ApiToken.revoked_at.is_(None)))
     if row is None:
         return None
-    principal = Principal(row.id, row.name, Role(row.role))
+    owner = row if row.session_of is None else session.get(ApiToken, row.session_of)
+    if owner is None or owner.revoked_at is not None:
+        return None
+    principal = Principal(owner.id, owner.name, Role(row.role))
     with _verified_lock:
-        if len(_verified) > 10_000:  # bounded: forget everything rather than grow
-            _verified.clear()
-        _verified[digest] = (principal, time.monotonic() + VERIFIED_TTL_S)
+        _verified[digest] = principal
     return principal
+
+
+def open_session(session: Session, principal: Principal) -> str:
+    """A token for one browser session of `principal` (kept in the cookie); sign-out revokes it."""
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    session.add(ApiToken(name=f"session of {principal.name}"[:200], role=principal.role.value,
+                         token_hash=hash_token(token), prefix=token[:12], session_of=principal.token_id))
+    session.commit()
+    return token
+
+
+def close_session(session: Session, token: str) -> bool:
+    """Revoke a browser session's token (not the token it was opened with); answers whether one was revoked."""
+    row = session.scalar(select(ApiToken).where(ApiToken.token_hash == hash_token(token),
+                                                ApiToken.session_of.is_not(None), ApiToken.revoked_at.is_(None)))
+    return row is not None and revoke(session, row.id) is not None
+
+
+def token_in_file(session: Session, path: Path, name: str, role: Role) -> tuple[str, Principal]:
+    """The token kept in `path` while it is valid and has `role`; else a new one, written there (mode 600). Holders
+    that start again (a worker, `ulab token create --reuse`) reuse one token instead of minting one per start; a
+    lock beside the file makes processes starting at once share one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.is_file():
+            old = path.read_text().strip()
+            principal = verify(session, old)
+            if principal is not None and principal.role == role:
+                return old, principal
+        row, token = create_token(session, name, role)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(token + "\n")
+        return token, Principal(row.id, row.name, role)
+
+
+def worker_token(session: Session, settings: Settings) -> tuple[str, Principal | None]:
+    """The token a worker ships metrics with and claims runs as: ULAB_WORKER_TOKEN, else the worker token kept in
+    ULAB_HOME/worker-token (minted on the first start, reused by later ones)."""
+    if settings.worker_token:
+        return settings.worker_token, verify(session, settings.worker_token)
+    return token_in_file(session, settings.home / "worker-token", f"worker {socket.gethostname()}", Role.WORKER)
 
 
 def list_tokens(session: Session) -> list[ApiToken]:
@@ -83,10 +129,16 @@ def list_tokens(session: Session) -> list[ApiToken]:
 
 
 def revoke(session: Session, token_id: int) -> ApiToken | None:
+    """Revoke a token and the browser sessions opened with it."""
     row = session.get(ApiToken, token_id)
     if row is not None and row.revoked_at is None:
-        row.revoked_at = datetime.now(UTC)
+        at = datetime.now(UTC)
+        sessions = list(session.scalars(select(ApiToken).where(ApiToken.session_of == row.id,
+                                                               ApiToken.revoked_at.is_(None))))
+        for r in (row, *sessions):
+            r.revoked_at = at
         session.commit()
         with _verified_lock:
-            _verified.pop(row.token_hash, None)
+            for r in (row, *sessions):
+                _verified.pop(r.token_hash, None)
     return row

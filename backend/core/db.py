@@ -6,17 +6,36 @@ from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
-from sqlalchemy import create_engine, event
+from sqlalchemy import create_engine, event, inspect
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 
 from backend.core.settings import get_settings
+from backend.core.text import storable_json_error
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 class Base(DeclarativeBase):
     pass
+
+
+@event.listens_for(Session, "before_flush")
+def _only_storable_values(session: Session, _context, _instances) -> None:
+    """Every row written through a session holds only text and JSON that can be read back (strict UTF-8, finite
+    numbers): one bad value would otherwise make every list that shows its row fail. Raises UnstorableValue (a 422
+    in the API) before anything is written."""
+    new = set(session.new)
+    for obj in (*new, *session.dirty):
+        state = inspect(obj)
+        for attr in state.mapper.column_attrs:
+            if obj not in new and not state.attrs[attr.key].history.added:
+                continue  # an update checks only what it changes (a heartbeat does not re-read the spec)
+            value = state.dict.get(attr.key)
+            if isinstance(value, str | dict | list):
+                error = storable_json_error(value, f"{state.mapper.local_table.name}.{attr.key}")
+                if error is not None:
+                    raise error
 
 
 def _make_engine(url: str) -> Engine:

@@ -1,4 +1,10 @@
-"""Constraints shared by every free-text field a user names things with."""
+"""Constraints on text and JSON a user sends: free-text names, and every value stored as JSON or text.
+
+`storable_json_error` is the one check that a value can be stored and answered again: strict UTF-8 (no lone
+surrogate such as "\\ud800", which JSON may spell as an escape but no UTF-8 encoder can write), finite numbers and a
+bounded nesting depth. The API runs it on every request body (backend/api/limits.py) and the database session on
+every row it writes (backend/core/db.py), so a value that would break a later read never reaches a table."""
+import math
 import re
 
 from pydantic import AfterValidator
@@ -15,3 +21,49 @@ def _no_control_chars(value: str) -> str:
 
 # Names, labels and metric names: `name: Annotated[str, NoControlChars] = Field(...)`
 NoControlChars = AfterValidator(_no_control_chars)
+
+
+class UnstorableValue(ValueError):
+    """A value that cannot be stored and read back; `field` is its dotted path."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field, self.message = field, message
+
+
+def _is_utf8(text: str) -> bool:
+    if text.isascii():  # the common case, without an encode
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _join(path: str, key: object) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def storable_json_error(value: object, path: str = "", max_depth: int | None = None) -> UnstorableValue | None:
+    """The first reason `value` (decoded JSON, or a column's value) cannot be stored, or None. Iterative, so a
+    deeply nested value costs no recursion."""
+    stack: list[tuple[object, str, int]] = [(value, path, 0)]
+    while stack:
+        item, where, depth = stack.pop()
+        if isinstance(item, str):
+            if not _is_utf8(item):
+                return UnstorableValue(where or "body", "is not valid UTF-8 text (a lone surrogate such as \\ud800)")
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return UnstorableValue(where or "body", f"must be a finite number, got {item}")
+        elif isinstance(item, dict | list):
+            if max_depth is not None and depth >= max_depth:
+                return UnstorableValue(where or "body", f"is nested deeper than {max_depth} levels")
+            pairs = item.items() if isinstance(item, dict) else enumerate(item)
+            for key, child in pairs:
+                if isinstance(key, str) and not _is_utf8(key):
+                    return UnstorableValue(where or "body", "has a key that is not valid UTF-8 text (a lone "
+                                                            "surrogate such as \\ud800)")
+                stack.append((child, _join(where, key), depth + 1))
+    return None

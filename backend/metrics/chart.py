@@ -76,5 +76,8 @@ def query(session: Session, run_id: int, name: str, start: int | None, stop: int
     series: dict[int, SeriesOut] = {}
     for rank, step, vmin, vmax, last in session.execute(text(sql), params):
         s = series.setdefault(rank, SeriesOut(rank=rank, step=[], min=[], max=[], last=[]))
-        s.step.append(step), s.min.append(vmin), s.max.append(vmax), s.last.append(last)
+        s.step.append(step)
+        s.min.append(vmin)
+        s.max.append(vmax)
+        s.last.append(last)
     return MetricQueryOut(name=name, series=list(series.values()))

@@ -13,7 +13,7 @@ from backend.metrics import chart, service
 from backend.metrics.models import MetricPoint
 from backend.metrics.schemas import Accepted, MetricQueryOut, PointsIn
 from backend.runs.schemas import RunOut
-from backend.runs.service import get_run, require_run
+from backend.runs.service import get_run, require_run, require_writable_run
 from backend.runs.states import TERMINAL, RunState
 
 router = APIRouter(prefix="/api/runs/{run_id}", tags=["metrics"])
@@ -21,9 +21,10 @@ POLL_S = 0.25  # how often the stream looks for new rows; a point reaches the pa
 
 
 @router.post("/metrics")
-def ingest(run_id: RowId, body: PointsIn, session: SessionDep, _: Ingester) -> Accepted:
-    """Store a batch of points; idempotent on (run, rank, step, name), so the worker may resend."""
-    require_run(session, run_id)
+def ingest(run_id: RowId, body: PointsIn, session: SessionDep, by: Ingester) -> Accepted:
+    """Store a batch of points; idempotent on (run, rank, step, name), so the worker may resend. A worker writes
+    only the runs it claimed; nobody writes a run that ended over a minute ago (409)."""
+    require_writable_run(session, run_id, by)
     return Accepted(accepted=service.ingest(session, run_id, body.points))
 
 
@@ -47,8 +48,8 @@ def _snapshot(run_id: int, cursor: int | None) -> tuple[dict, int, list[dict]]:
         run = RunOut.model_validate(get_run(session, run_id)).model_dump(mode="json")
         if cursor is None:  # the stream starts now; history comes from the chart query
             # the newest id of any run: an index end point, and every later point of this run is above it
-            cursor = session.scalar(select(func.coalesce(func.max(MetricPoint.id), 0)))
-            return run, cursor, []
+            newest = session.scalar(select(func.coalesce(func.max(MetricPoint.id), 0)))
+            return run, int(newest or 0), []
         cursor, points = service.points_after(session, run_id, cursor)
         return run, cursor, points
 

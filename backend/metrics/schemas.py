@@ -3,7 +3,7 @@ from __future__ import annotations
 import math
 from typing import Annotated
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
 from backend.core.text import NoControlChars
 
@@ -17,8 +17,9 @@ class PointIn(BaseModel):
 
     @field_validator("value")
     @classmethod
-    def _finite(cls, v: float) -> float:
-        if not math.isfinite(v):
+    def _finite(cls, v: float, info: ValidationInfo) -> float:
+        # loss and grad_norm may be NaN/Inf: ingest raises an alert for them and stores only finite values
+        if not math.isfinite(v) and info.data.get("name") not in ("loss", "grad_norm"):
             raise ValueError("value must be a finite number")
         return v
 

@@ -2,34 +2,38 @@
 from __future__ import annotations
 
 import json
+import math
 
-from sqlalchemy import select, text
+from sqlalchemy import case, func, select, text
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
+from backend.metrics import alerts
 from backend.metrics.chart import TIERS
-from backend.metrics.models import MetricPoint
+from backend.metrics.models import MetricPoint, MetricRollup
 from backend.metrics.schemas import PointIn
 
-# Both dialects merge a batch's block summary into the stored one. A rewritten point (a resumed attempt
-# redoing the steps after its checkpoint) updates `last`; the block's min/max keep the extremes of both.
-_MERGE_ROLLUP = """
-ON CONFLICT (run_id, name, tier, bucket, rank) DO UPDATE SET
-    vmin = {least}(metric_rollups.vmin, excluded.vmin),
-    vmax = {greatest}(metric_rollups.vmax, excluded.vmax),
-    last_value = CASE WHEN excluded.last_step >= metric_rollups.last_step
-                      THEN excluded.last_value ELSE metric_rollups.last_value END,
-    last_step = {greatest}(metric_rollups.last_step, excluded.last_step)
-"""
-# SQLite (the embedded default): executemany of single-row upserts, blocks summarized in Python.
-_SQLITE_POINTS = text("""
-INSERT INTO metrics (run_id, rank, step, name, value, wall_time)
-VALUES (:run_id, :rank, :step, :name, :value, :wall_time)
-ON CONFLICT (run_id, name, step, rank) DO UPDATE SET value = excluded.value, wall_time = excluded.wall_time
-""")
-_SQLITE_ROLLUPS = text("""
-INSERT INTO metric_rollups (run_id, name, tier, bucket, rank, vmin, vmax, last_step, last_value)
-VALUES (:run_id, :name, :tier, :bucket, :rank, :vmin, :vmax, :last_step, :last_value)
-""" + _MERGE_ROLLUP.format(least="MIN", greatest="MAX"))  # SQLite's scalar min()/max()
+
+def _sqlite_upserts():
+    """SQLite (the embedded default): executemany of single-row upserts through SQLAlchemy's SQLite dialect.
+    A rewritten point (a resumed attempt redoing the steps after its checkpoint) updates the value; a block's
+    min and max keep the extremes of the stored and the new summary, `last` follows the later step."""
+    points = sqlite_insert(MetricPoint)
+    points = points.on_conflict_do_update(
+        index_elements=["run_id", "name", "step", "rank"],
+        set_={"value": points.excluded.value, "wall_time": points.excluded.wall_time})
+    r = MetricRollup
+    rollups = sqlite_insert(r)
+    new = rollups.excluded
+    rollups = rollups.on_conflict_do_update(
+        index_elements=["run_id", "name", "tier", "bucket", "rank"],
+        set_={"vmin": func.min(r.vmin, new.vmin), "vmax": func.max(r.vmax, new.vmax),  # SQLite's scalar min/max
+              "last_value": case((new.last_step >= r.last_step, new.last_value), else_=r.last_value),
+              "last_step": func.max(r.last_step, new.last_step)})
+    return points, rollups
+
+
+_SQLITE_POINTS, _SQLITE_ROLLUPS = _sqlite_upserts()
 
 
 def block_summaries(run_id: int, rows: list[dict]) -> list[dict]:
@@ -54,19 +58,24 @@ def ingest(session: Session, run_id: int, points: list[PointIn]) -> int:
     """Insert or overwrite points keyed by (run, name, step, rank): a resend never duplicates."""
     if not points:
         return 0
+    alerts.check(session, run_id, points)  # committed with the points
+    points = [p for p in points if math.isfinite(p.value)]
     latest: dict[tuple, PointIn] = {}
     for p in points:  # one key once per batch: the last write of a step wins
         latest[(p.name, p.step, p.rank)] = p
     # Key order: concurrent batches then lock shared rows (the rollup blocks) in the same order and wait
     # for each other instead of deadlocking.
     ordered = [latest[k] for k in sorted(latest)]
-    if session.bind.dialect.name == "postgresql":
+    if not ordered:  # only non-finite points: their alerts are all there is to keep
+        session.commit()
+        return 0
+    if session.get_bind().dialect.name == "postgresql":
         _ingest_postgresql(session, run_id, ordered)
     else:
         rows = [{"run_id": run_id, "rank": p.rank, "step": p.step, "name": p.name, "value": p.value,
                  "wall_time": p.wall_time} for p in ordered]
-        session.execute(_SQLITE_POINTS, rows)
         blocks = sorted(block_summaries(run_id, rows), key=lambda b: (b["name"], b["tier"], b["bucket"], b["rank"]))
+        session.execute(_SQLITE_POINTS, rows)
         session.execute(_SQLITE_ROLLUPS, blocks)
     session.commit()
     return len(ordered)
@@ -93,7 +102,13 @@ SELECT :run_id, p.name, t.tier, p.step / t.tier, p.rank, MIN(p.value), MAX(p.val
 FROM p, unnest(CAST(:tiers AS integer[])) AS t(tier)
 GROUP BY p.name, t.tier, p.step / t.tier, p.rank
 ORDER BY 2, 3, 4, 5
-""" + _MERGE_ROLLUP.format(least="LEAST", greatest="GREATEST"))
+ON CONFLICT (run_id, name, tier, bucket, rank) DO UPDATE SET
+    vmin = LEAST(metric_rollups.vmin, excluded.vmin),
+    vmax = GREATEST(metric_rollups.vmax, excluded.vmax),
+    last_value = CASE WHEN excluded.last_step >= metric_rollups.last_step
+                      THEN excluded.last_value ELSE metric_rollups.last_value END,
+    last_step = GREATEST(metric_rollups.last_step, excluded.last_step)
+""")
 
 
 def _ingest_postgresql(session: Session, run_id: int, points: list[PointIn]) -> None:

@@ -1,51 +1,88 @@
 """HTTP: the planner (no storage) under /api/estimate and /api/catalog, stored plans under /api/plans."""
 from fastapi import APIRouter, Query
 
-from backend import planner
+import plan as planner
 from backend.api.deps import Reader, RowId, SessionDep, Submitter
 from backend.plans import service
-from backend.plans.schemas import PlanCreate, PlanOut, PlanSpec, SweepRequest
+from backend.plans.schemas import PlanCreate, PlanDefaults, PlanOut, RecommendRequest, SweepRequest
+from plan import Plan
+from plan.model import EXAMPLE, field_choices, section_defaults
+from plan.results import Catalog, Estimate, Exports, Fix, MaxSeq, Recommend, SpMethods, Sweep
 
 router = APIRouter(prefix="/api", tags=["plans"])
 
 
 @router.get("/catalog")
-def catalog(_: Reader) -> dict:
+def catalog(_: Reader) -> Catalog:
     """Built-in model presets and GPU types."""
-    return planner.catalog()
+    return Catalog.model_validate(planner.catalog.listing())
 
 
 @router.post("/estimate")
-async def estimate(plan: PlanSpec, _: Reader) -> dict:
-    """Per-GPU memory and throughput for a plan; an invalid plan answers `valid: false` with its errors."""
+async def estimate(plan: Plan, _: Reader) -> Estimate:
+    """Per-GPU memory and throughput for a plan; a plan that breaks a rule answers `valid: false` with its errors
+    (a field of the wrong type or an unknown key is a 422)."""
     # computed on the event loop: an estimate takes about 0.1 ms, less than a thread-pool hop
-    return planner.estimate(plan.as_dict())
+    return planner.estimate(plan)  # type: ignore[return-value]  # validated against Estimate on the way out
 
 
 @router.post("/estimate/max-seq")
-def max_seq(plan: PlanSpec, _: Reader) -> dict:
+def max_seq(plan: Plan, _: Reader) -> MaxSeq:
     """The longest seq_len (a multiple of sp_size) that fits in GPU and CPU memory."""
-    return planner.max_seq_len(plan.as_dict())
+    return planner.max_seq_len(plan)  # type: ignore[return-value]
 
 
 @router.post("/estimate/sweep")
-def sweep(body: SweepRequest, _: Reader) -> dict:
+def sweep(body: SweepRequest, _: Reader) -> Sweep:
     """Memory and tokens/s over seq_len for several sp_size values, for charts."""
-    return planner.sweep(body.plan.as_dict(), body.sp_sizes, body.seq_lens)
+    return planner.sweep(body.plan, body.sp_sizes, body.seq_lens)  # type: ignore[return-value]
+
+
+@router.post("/estimate/recommend")
+def recommend(body: RecommendRequest, _: Reader) -> Recommend:
+    """The configurations that fit the plan's model and hardware at its seq_len (or, with `longest`, the longest
+    seq_len), best first, each with its reasons, and the nearest rejected ones. Training and parallel fields the
+    plan sets (seq_len aside) are kept; the rest are searched."""
+    return planner.recommend(body.plan, longest=body.longest)  # type: ignore[return-value]
+
+
+@router.post("/estimate/fix")
+def fix(plan: Plan, _: Reader) -> Fix:
+    """The fewest changes that make a plan fit (empty when it fits), cheapest speed cost first."""
+    return planner.fix(plan)  # type: ignore[return-value]
+
+
+@router.post("/estimate/sp-methods")
+def sp_methods(plan: Plan, _: Reader) -> SpMethods:
+    """Ulysses vs ring attention vs a Ulysses x ring hybrid for the plan: memory, communication, step time (an
+    estimate: Ulysses Lab trains with Ulysses)."""
+    return planner.compare_sp_methods(plan)  # type: ignore[return-value]
 
 
 @router.post("/estimate/export")
-def export(plan: PlanSpec, _: Reader) -> dict:
-    """The Accelerate config YAML, DeepSpeed JSON and launch command the trainer would use."""
-    service.estimate_or_422(plan.as_dict())
-    return planner.exports(plan.as_dict())
+def export(plan: Plan, _: Reader) -> Exports:
+    """The Accelerate config YAML, DeepSpeed JSON and launch command the trainer would use (422 if invalid)."""
+    service.valid_or_422(plan)
+    return planner.exports(plan)  # type: ignore[return-value]
+
+
+@router.get("/plans/defaults")
+def plan_defaults(_: Reader) -> PlanDefaults:
+    """The plan a new form starts from, with every default filled in, and each section's defaults."""
+    return PlanDefaults(plan=Plan.model_validate(EXAMPLE).effective(), defaults=section_defaults(),
+                        choices=field_choices())
+
+
+@router.post("/plans/effective")
+def effective_plan(plan: Plan, _: Reader) -> dict:
+    """The plan with every default filled in, as `ulab plan --effective` prints it (422 if it breaks a rule)."""
+    return service.valid_or_422(plan).effective()
 
 
 @router.post("/plans", status_code=201)
 def create_plan(body: PlanCreate, session: SessionDep, _: Submitter) -> PlanOut:
-    spec = body.as_dict()
-    name = spec.pop("name", "")
-    return service.to_out(service.create_plan(session, spec, name))
+    """Store a plan (every default filled in) with its estimate; a plan that breaks a rule is a 422."""
+    return service.to_out(service.create_plan(session, Plan.model_validate(body.plan_data()), body.name))
 
 
 @router.get("/plans")

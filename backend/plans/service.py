@@ -1,40 +1,43 @@
-"""Plans: estimate with the planner library, store the plan with its estimate."""
+"""Plans: validate with the plan model, estimate with the planner, store the defaulted plan with its estimate."""
 from __future__ import annotations
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from backend import planner
+import plan as planner
 from backend.api.errors import NotFound, UserError
-from backend.plans.models import Plan
+from backend.plans.models import Plan as PlanRow
 from backend.plans.schemas import PlanOut
+from plan import Plan
 
 
-def estimate_or_422(spec: dict) -> dict:
-    """The planner's estimate; a plan that breaks a rule is a 422 naming each broken field."""
-    estimate = planner.estimate(spec)
-    if not estimate.get("valid"):
-        raise UserError.many(422, estimate.get("errors") or [{"field": "plan", "message": "invalid plan"}])
-    return estimate
+def valid_or_422(data: Plan | dict) -> Plan:
+    """The validated plan; one that breaks a rule is a 422 naming each broken field."""
+    v = planner.validate(data)
+    if v.plan is None or v.errors:
+        raise UserError.many(422, v.errors or [{"field": "plan", "message": "invalid plan"}])
+    return v.plan
 
 
-def create_plan(session: Session, spec: dict, name: str = "") -> Plan:
-    plan = Plan(name=name, spec=spec, estimate=estimate_or_422(spec))
-    session.add(plan)
+def create_plan(session: Session, plan: Plan, name: str = "") -> PlanRow:
+    plan = valid_or_422(plan)
+    row = PlanRow(name=name, spec=plan.effective(), estimate=planner.estimate(plan))
+    session.add(row)
     session.commit()
-    return plan
+    return row
 
 
-def get_plan(session: Session, plan_id: int) -> Plan:
-    plan = session.get(Plan, plan_id)
+def get_plan(session: Session, plan_id: int) -> PlanRow:
+    plan = session.get(PlanRow, plan_id)
     if plan is None:
         raise NotFound("plan", plan_id)
     return plan
 
 
-def list_plans(session: Session, limit: int = 200) -> list[Plan]:
-    return list(session.scalars(select(Plan).order_by(Plan.id.desc()).limit(limit)))
+def list_plans(session: Session, limit: int = 200) -> list[PlanRow]:
+    return list(session.scalars(select(PlanRow).order_by(PlanRow.id.desc()).limit(limit)))
 
 
-def to_out(plan: Plan) -> PlanOut:
-    return PlanOut(id=plan.id, name=plan.name, created_at=plan.created_at, plan=plan.spec, estimate=plan.estimate)
+def to_out(row: PlanRow) -> PlanOut:
+    return PlanOut.model_validate({"id": row.id, "name": row.name, "created_at": row.created_at, "plan": row.spec,
+                                   "estimate": row.estimate})

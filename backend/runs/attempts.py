@@ -1,11 +1,12 @@
 """Attempts of a run: each start by a worker is one attempt; a retry resumes the same run from its last
-checkpoint as the next attempt. The history is kept in run_attempts."""
+checkpoint as the next attempt. The history is kept in run_attempts (`transitions.record_attempt` writes a
+row when an attempt ends)."""
 from __future__ import annotations
 
 from datetime import datetime
 
 from sqlalchemy import DateTime, ForeignKey, Integer, String, Text, UniqueConstraint
-from sqlalchemy.orm import Mapped, Session, mapped_column
+from sqlalchemy.orm import Mapped, mapped_column
 
 from backend.core.db import Base
 
@@ -24,13 +25,3 @@ class RunAttempt(Base):
     last_step: Mapped[int] = mapped_column(Integer, default=0)
     exit_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
 
-
-def record_attempt(session: Session, run) -> None:
-    """Keep the finished attempt's outcome (called when a started run reaches a terminal state)."""
-    if run.started_at is None:
-        return
-    exists = session.query(RunAttempt).filter_by(run_id=run.id, attempt=run.attempt).one_or_none()
-    row = exists or RunAttempt(run_id=run.id, attempt=run.attempt)
-    row.state, row.worker, row.started_at = run.state, run.worker, run.started_at
-    row.finished_at, row.last_step, row.exit_reason = run.finished_at, run.last_step, run.exit_reason
-    session.add(row)

@@ -2,6 +2,7 @@
 has no shell anywhere (argument lists only), so a path is only ever a file name, never a command."""
 from __future__ import annotations
 
+import copy
 import os
 import re
 from pathlib import Path
@@ -25,21 +26,40 @@ def resolve_allowed(path: str, field: str, settings: Settings) -> str:
     return str(resolved)
 
 
-def check_run_spec(spec: dict, settings: Settings) -> dict:
-    """Rewrite a run spec's paths to checked absolute paths and enforce the size bounds; answers the spec."""
-    run = spec["run"]
+def check_paths(run: dict, settings: Settings) -> None:
+    """Rewrite the run section's paths to checked absolute, symlink-free paths (422 naming the field if one is
+    outside the allowed roots). Runs at submit, and again when a worker claims the run (transitions.claim): a path
+    that did not exist at submit may have become a symlink out of the roots since."""
     run["data"]["path"] = resolve_allowed(run["data"]["path"], "run.data.path", settings)
     model_path = run.get("model_path")
     if model_path:
         local = Path(model_path).is_absolute() or model_path.startswith(".") or os.path.exists(model_path)
         if local or not HUB_ID.match(model_path):
             run["model_path"] = resolve_allowed(model_path, "run.model_path", settings)
+
+
+def refused_paths(spec: dict, settings: Settings) -> str | None:
+    """Why a stored run's paths are no longer allowed ("field: reason"), or None; the spec is left as it is."""
+    if not isinstance(spec.get("run"), dict):
+        return None  # no run section, so no path (rows written by hand in tests)
+    try:
+        check_paths(copy.deepcopy(spec["run"]), settings)
+    except UserError as e:
+        return "; ".join(f"{d['field']}: {d['message']}" for d in e.detail)
+    return None
+
+
+def check_run_spec(spec: dict, settings: Settings) -> dict:
+    """Rewrite a run spec's paths to checked absolute paths and enforce the size bounds; answers the spec."""
+    run = spec["run"]
+    check_paths(run, settings)
     steps = sum(s["steps"] for s in run.get("stages") or []) or run.get("steps", 0)
     if steps > settings.max_steps:
         raise UserError(422, "run.steps", f"{steps} steps is above the limit of {settings.max_steps}")
     seq_lens = [spec["training"]["seq_len"]] + [s["seq_len"] for s in run.get("stages") or []]
     if max(seq_lens) > settings.max_seq_len:
-        raise UserError(422, "training.seq_len", f"seq_len {max(seq_lens)} is above the limit of {settings.max_seq_len}")
+        raise UserError(422, "training.seq_len",
+                        f"seq_len {max(seq_lens)} is above the limit of {settings.max_seq_len}")
     hw = spec["hardware"]
     gpus = int(hw.get("gpus_per_node", 1)) * int(hw.get("num_nodes", 1))
     if gpus > settings.max_gpus:

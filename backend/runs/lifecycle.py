@@ -11,9 +11,9 @@ from sqlalchemy import select
 
 from backend.core.db import session_scope
 from backend.core.settings import Settings
-from backend.runs.attempts import record_attempt
+from backend.runs import transitions
 from backend.runs.models import Run
-from backend.runs.service import enqueue, now, queue_retry
+from backend.runs.service import enqueue
 from backend.runs.states import ACTIVE, RunState
 
 log = logging.getLogger(__name__)
@@ -22,18 +22,18 @@ log = logging.getLogger(__name__)
 def reap_lost(lost_after_s: float) -> list[int]:
     """Active runs with no heartbeat for `lost_after_s` become `lost`; those with retries left are queued
     again as their next attempt (resumed from the last checkpoint). Answers the ids marked lost."""
-    cutoff = now() - timedelta(seconds=lost_after_s)
+    cutoff = transitions.now() - timedelta(seconds=lost_after_s)
     active = [st.value for st in ACTIVE]
     lost, retried = [], []
     with session_scope() as s:
-        for run in s.scalars(select(Run).where(Run.state.in_(active), Run.heartbeat_at < cutoff)
+        # Slurm runs are not reaped here: Slurm knows whether their job lives (backend/executors/slurm.py).
+        for run in s.scalars(select(Run).where(Run.state.in_(active), Run.heartbeat_at < cutoff,
+                                               Run.executor != "slurm")
                              .with_for_update(skip_locked=True)):
-            run.state, run.finished_at = RunState.LOST.value, now()
-            run.exit_reason = f"no heartbeat from worker {run.worker} for {lost_after_s:.0f} s"
-            record_attempt(s, run)
+            transitions.mark_lost(s, run, f"no heartbeat from worker {run.worker} for {lost_after_s:.0f} s")
             lost.append(run.id)
             if run.attempt - 1 < run.max_retries:
-                queue_retry(run)
+                transitions.queue_retry(run)
                 retried.append(run)
     for run in retried:
         enqueue(run)
@@ -42,11 +42,29 @@ def reap_lost(lost_after_s: float) -> list[int]:
     return lost
 
 
-def resend_queued() -> list[int]:
-    """Send every queued run's message again (after a broker restart nothing queued is lost)."""
+def resend_wait_s(run: Run, resend_after_s: float) -> float:
+    """How long after its last send a queued run is sent again: `resend_after_s`, then as long as it has already
+    waited since it was queued (the wait doubles), so a run no worker can take yet (its GPU type has none up, or
+    they are all busy) adds a message to the broker only now and then."""
+    if run.sent_at is None or run.queued_at is None:
+        return 0.0
+    return max(resend_after_s, (transitions.as_utc(run.sent_at) - transitions.as_utc(run.queued_at)).total_seconds())
+
+
+def resend_queued(resend_after_s: float | None = None) -> list[int]:
+    """Send queued runs' messages again: all of them (at start-up: after a broker restart nothing queued is lost),
+    or those unclaimed for longer than their wait (`resend_wait_s`; a flushed broker without an API restart)."""
+    at = transitions.now()
     with session_scope() as s:
-        runs = list(s.scalars(select(Run).where(Run.state == RunState.QUEUED.value).order_by(Run.id)))
-    for run in runs:
+        runs = []
+        for run in s.scalars(select(Run).where(Run.state == RunState.QUEUED.value).order_by(Run.id)
+                             .with_for_update(skip_locked=True)):
+            if resend_after_s is not None and run.sent_at is not None and \
+                    (at - transitions.as_utc(run.sent_at)).total_seconds() < resend_wait_s(run, resend_after_s):
+                continue
+            run.queued_at, run.sent_at = run.queued_at or at, at
+            runs.append(run)
+    for run in runs:  # after the commit, as on approval
         enqueue(run)
     return [r.id for r in runs]
 
@@ -55,9 +73,13 @@ async def supervise_forever(settings: Settings, interval_s: float = 5.0) -> None
     ids = await asyncio.to_thread(resend_queued)
     if ids:
         log.info("re-sent %d queued runs on start-up: %s", len(ids), ids)
+    interval_s = max(0.5, min(interval_s, settings.resend_after_s))  # a short re-send wait needs short rounds
     while True:
         try:
             await asyncio.to_thread(reap_lost, settings.lost_after_s)
+            ids = await asyncio.to_thread(resend_queued, settings.resend_after_s)
+            if ids:
+                log.warning("re-sent queued runs no worker claimed within ULAB_RESEND_AFTER_S: %s", ids)
         except Exception:  # the database may be briefly away; try again next round
-            log.exception("reaper round failed")
+            log.exception("supervision round failed")
         await asyncio.sleep(interval_s)

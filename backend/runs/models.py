@@ -2,10 +2,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import JSON, Boolean, DateTime, ForeignKey, Index, Integer, String, Text, func
+from sqlalchemy import JSON, Boolean, DateTime, Double, ForeignKey, Index, Integer, String, Text, func
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from backend.core.db import Base
+from backend.plans import models as _plans  # noqa: F401  (runs.plan_id refers to it: a run cannot be written without)
+from backend.runs.alert_rows import RunAlert
 from backend.runs.attempts import RunAttempt
 from backend.runs.states import RunState
 
@@ -14,7 +16,8 @@ class Run(Base):
     """One training job: its spec (plan + run section), the predicted estimate and its lifecycle."""
 
     __tablename__ = "runs"
-    __table_args__ = (Index("ix_runs_state", "state"),)
+    __table_args__ = (Index("ix_runs_state", "state"),
+                      Index("uq_runs_submitter_idempotency_key", "submitted_by", "idempotency_key", unique=True))
 
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(200), default="")
@@ -39,6 +42,30 @@ class Run(Base):
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    device: Mapped[str | None] = mapped_column(String(16), nullable=True)  # "cuda" | "cpu", from its metrics
+    final_loss: Mapped[float | None] = mapped_column(Double, nullable=True)  # loss at final_loss_step (ingest)
+    final_loss_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    tags: Mapped[list | None] = mapped_column(JSON, nullable=True)
+    notes: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # Who runs it (backend/executors): "celery" (a worker claims it) or "slurm" (one sbatch job). For Slurm runs:
+    # the run's own partition/time limit (else the queue's settings), the job serving the live attempt, and
+    # what the poller last read of it (state, pending reason, node list, how often Slurm requeued it).
+    executor: Mapped[str] = mapped_column(String(16), default="celery", server_default="celery")
+    slurm_partition: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    slurm_time_limit: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    slurm_job_id: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
+    slurm_state: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    slurm_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    slurm_nodes: Mapped[str | None] = mapped_column(Text, nullable=True)
+    slurm_restarts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # When the run last became queued, and when its message was last sent (lifecycle.resend_stale)
+    queued_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    sent_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # The worker token that claimed the live attempt (api_tokens.id): only it may write the run's metrics
+    claimed_token_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # The submit's Idempotency-Key header: the same key from the same token answers this run again
+    idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
 
     attempts: Mapped[list[RunAttempt]] = relationship(order_by=RunAttempt.attempt, lazy="selectin",
                                                       cascade="all, delete-orphan")
+    alerts: Mapped[list[RunAlert]] = relationship(order_by=RunAlert.id, lazy="selectin", cascade="all, delete-orphan")

@@ -22,3 +22,4 @@ class RunNode(Base):
     rdzv_endpoint: Mapped[str | None] = mapped_column(String(300), nullable=True)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    claimed_token_id: Mapped[int | None] = mapped_column(Integer, nullable=True)  # the node worker's token

@@ -1,23 +1,39 @@
 """HTTP: runs — submit from a plan, approve, cancel, list, read, log tail."""
-from fastapi import APIRouter, Query
+from typing import Annotated
 
+from fastapi import APIRouter, Header, Query
+
+import plan as planner
 from backend.api.deps import Approver, Reader, RowId, SessionDep, Submitter
 from backend.runs import service
-from backend.runs.schemas import LogOut, RunCreate, RunOut
+from backend.runs.schemas import CheckpointOut, LogOut, RunCreate, RunLabels, RunOut
+from backend.runs.states import RunState
+from plan.results import Fix
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
 
 
 @router.post("", status_code=201)
-def create_run(body: RunCreate, session: SessionDep, user: Submitter) -> RunOut:
+def create_run(body: RunCreate, session: SessionDep, user: Submitter,
+               idempotency_key: Annotated[str | None, Header(min_length=1, max_length=200, pattern=r"^[\x21-\x7e]+$",
+                                                             description="A submit repeated with the same key (by "
+                                                                         "the same token) answers the run the first "
+                                                                         "made")] = None) -> RunOut:
     """Submit a run from a stored plan; it waits in `pending_approval`. Paths must lie under the allowed roots."""
-    return RunOut.model_validate(service.create_run(session, body, user))
+    return RunOut.model_validate(service.create_run(session, body, user, idempotency_key))
 
 
 @router.get("")
 def list_runs(session: SessionDep, _: Reader, state: str | None = Query(None, max_length=200),
-              q: str | None = Query(None, max_length=200)) -> list[RunOut]:
-    return [RunOut.model_validate(r) for r in service.list_runs(session, state, q)]
+              q: str | None = Query(None, max_length=200),
+              tag: str | None = Query(None, max_length=40, description="Only runs with this tag")) -> list[RunOut]:
+    return [RunOut.model_validate(r) for r in service.list_runs(session, state, q, tag=tag)]
+
+
+@router.patch("/{run_id}")
+def label_run(run_id: RowId, body: RunLabels, session: SessionDep, _: Submitter) -> RunOut:
+    """Set a run's tags and notes (fields left out are kept)."""
+    return RunOut.model_validate(service.label_run(session, run_id, body))
 
 
 @router.get("/{run_id}")
@@ -27,7 +43,8 @@ def get_run(run_id: RowId, session: SessionDep, _: Reader) -> RunOut:
 
 @router.post("/{run_id}/approve")
 def approve_run(run_id: RowId, session: SessionDep, user: Approver,
-                force: bool = Query(False, description="Approve although the estimate does not fit (recorded).")) -> RunOut:
+                force: bool = Query(False, description="Approve although the estimate does not fit (recorded).")
+                ) -> RunOut:
     """Approve a pending run: it becomes `queued` and its task is sent after the commit. A run whose estimate
     does not fit the GPUs or the nodes' CPU memory is refused (409) unless forced."""
     return RunOut.model_validate(service.approve_run(session, run_id, user, force))
@@ -49,3 +66,17 @@ def retry_run(run_id: RowId, session: SessionDep, _: Approver) -> RunOut:
 @router.get("/{run_id}/log")
 def run_log(run_id: RowId, session: SessionDep, _: Reader, lines: int = Query(200, ge=1, le=5000)) -> LogOut:
     return LogOut(lines=service.log_tail(service.get_run(session, run_id), lines))
+
+
+@router.get("/{run_id}/checkpoints")
+def run_checkpoints(run_id: RowId, session: SessionDep, _: Reader) -> list[CheckpointOut]:
+    """The run's checkpoints on disk, newest first (Retry resumes from the newest)."""
+    return [CheckpointOut(**c) for c in service.checkpoints(service.get_run(session, run_id))]
+
+
+@router.get("/{run_id}/fix")
+def fix_run(run_id: RowId, session: SessionDep, _: Reader) -> Fix:
+    """The fewest, cheapest changes to the run's plan that make it fit. For a run that ended `oom` although its
+    plan was predicted to fit, the fix leaves room for the planner's error (plan.fix.MEASURED_OOM_MARGIN)."""
+    run = service.get_run(session, run_id)
+    return planner.fix(run.spec, measured_oom=run.state == RunState.OOM.value)  # type: ignore[return-value]

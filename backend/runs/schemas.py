@@ -1,48 +1,30 @@
-"""Pydantic shapes of runs: the trainer-v1 `run` section on submit, and the run as the API answers it."""
+"""Pydantic shapes of runs: a submit (a stored plan plus the trainer-v1 `run` section), and the run as the API
+answers it."""
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from backend.core.text import NoControlChars
-
-
-class DataSpec(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    path: str = Field(min_length=1, max_length=4096, examples=["data/tiny.txt"])
-
-
-class Stage(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    seq_len: int = Field(ge=1, le=1 << 30)
-    steps: int = Field(ge=1, le=10_000_000)
-
-
-class RunSection(BaseModel):
-    """The `run` section of trainer-v1: what the trainer reads besides the plan."""
-
-    model_config = ConfigDict(extra="allow")
-    steps: int = Field(20, ge=1, le=10_000_000)
-    learning_rate: float = Field(1e-3, gt=0, le=10)
-    seed: int = Field(0, ge=0, le=2**31 - 1)
-    data: DataSpec
-    model_path: str | None = Field(None, max_length=4096)
-    checkpoint_every: int = Field(100, ge=1, le=10_000_000)
-    keep_checkpoints: int = Field(2, ge=1, le=1000)
-    stages: list[Stage] | None = Field(None, max_length=64)
-
-    def total_steps(self) -> int:
-        return sum(s.steps for s in self.stages) if self.stages else self.steps
+from plan.model import RunSection
+from plan.results import Estimate
 
 
 class RunCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
     plan_id: int = Field(ge=1, le=2**31 - 1)
     name: Annotated[str, NoControlChars] = Field("", max_length=200)
     priority: int = Field(0, ge=0, le=9)
     max_retries: int = Field(0, ge=0, le=10, description="Automatic resumed attempts after the run is lost.")
-    run: RunSection
+    run: RunSection = Field(description="The trainer-v1 run section (plan/model.py RunSection)")
+    # Only for a GPU queue that runs on Slurm (backend/executors/jobscript.py has the same patterns).
+    slurm_partition: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$",
+                                        description="Slurm partition for this run instead of the queue's.")
+    slurm_time_limit: str | None = Field(
+        None, pattern=r"^(\d{1,5}|\d{1,5}:\d{1,2}|\d{1,5}:\d{1,2}:\d{1,2}|\d{1,4}-\d{1,2}(:\d{1,2}){0,2})$",
+        description="Slurm time limit (minutes, H:M:S or D-H:M:S) for this run instead of the queue's.")
 
 
 class AttemptOut(BaseModel):
@@ -56,17 +38,29 @@ class AttemptOut(BaseModel):
     exit_reason: str | None
 
 
+class AlertOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    kind: str
+    step: int
+    message: str
+    stopped: bool
+    created_at: datetime
+
+
 class RunOut(BaseModel):
     id: int
     name: str
     state: str
     plan_id: int | None
     spec: dict[str, Any]
-    estimate: dict[str, Any] | None
+    estimate: Estimate | None
     worker: str | None
     attempt: int
     max_retries: int = 0
     attempts: list[AttemptOut] = []
+    alerts: list[AlertOut] = []
+    device: str | None = Field(None, description='What the ranks ran on: "cuda" or "cpu" (null before the first '
+                                                 'step)')
     priority: int
     cancel_requested: bool
     submitted_by: int | None = None
@@ -80,8 +74,47 @@ class RunOut(BaseModel):
     exit_reason: str | None
     last_step: int
     steps: int
+    final_loss: float | None = Field(None, description="The loss at the highest step reported so far")
+    tags: list[str] = []
+    notes: str = ""
+
+    @field_validator("tags", mode="before")
+    @classmethod
+    def _no_tags(cls, v: Any) -> Any:
+        return v or []
+
+    @field_validator("notes", mode="before")
+    @classmethod
+    def _no_notes(cls, v: Any) -> Any:
+        return v or ""
+    # backend/executors: "celery" or "slurm"; for Slurm, the job of the live attempt and what Slurm last said.
+    executor: str = "celery"
+    slurm_job_id: str | None = None
+    slurm_state: str | None = None
+    slurm_reason: str | None = None
+    slurm_nodes: str | None = None
+    slurm_partition: str | None = None
+    slurm_time_limit: str | None = None
 
     model_config = ConfigDict(from_attributes=True)
+
+
+Tag = Annotated[str, NoControlChars, StringConstraints(min_length=1, max_length=40, strip_whitespace=True)]
+
+
+class RunLabels(BaseModel):
+    """What a person may write on a run at any time: tags (filterable in the runs list) and notes."""
+
+    model_config = ConfigDict(extra="forbid")
+    tags: list[Tag] | None = Field(None, max_length=20)
+    notes: Annotated[str, Field(max_length=10_000)] | None = None
+
+
+class CheckpointOut(BaseModel):
+    stage: str
+    step: int
+    bytes: int
+    saved_at: datetime
 
 
 class LogOut(BaseModel):

@@ -1,28 +1,32 @@
-"""Run lifecycle on the API side: create, approve (then enqueue), cancel, list. The database is the truth."""
+"""Run lifecycle on the API side: create, approve (then enqueue), retry, cancel, list. The database is the truth;
+every change of a run's state is a function of backend/runs/transitions.py."""
 from __future__ import annotations
 
+import copy
 import logging
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from sqlalchemy import or_, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from backend.api.errors import NotFound, UserError
-from backend.auth.roles import Permission
+from backend.auth.roles import Permission, Role
 from backend.auth.service import Principal
+from backend.core.logs import tail_lines
 from backend.core.settings import get_settings
-from backend.plans.service import get_plan
+from backend.executors.base import executor_for, executor_name, gpu_name
+from backend.plans.service import get_plan, valid_or_422
+from backend.runs import model_source, transitions
 from backend.runs.guard import check_run_spec
 from backend.runs.models import Run
-from backend.runs.schemas import RunCreate
-from backend.runs.states import ACTIVE, IllegalTransition, RunState, check_transition
+from backend.runs.nodes import RunNode
+from backend.runs.schemas import RunCreate, RunLabels
+from backend.runs.states import TERMINAL, RunState
 
 log = logging.getLogger(__name__)
-
-
-def now() -> datetime:
-    return datetime.now(UTC)
+TERMINAL_VALUES = frozenset(st.value for st in TERMINAL)
 
 
 def get_run(session: Session, run_id: int) -> Run:
@@ -38,14 +42,68 @@ def require_run(session: Session, run_id: int) -> None:
         raise NotFound("run", run_id)
 
 
-def create_run(session: Session, body: RunCreate, by: Principal) -> Run:
-    plan = get_plan(session, body.plan_id)
-    spec = check_run_spec({**plan.spec, "run": body.run.model_dump(mode="json", exclude_none=True)}, get_settings())
-    run = Run(name=body.name or plan.name or f"plan {plan.id}", plan_id=plan.id, spec=spec,
-              estimate=plan.estimate, priority=body.priority, steps=body.run.total_steps(),
-              state=RunState.PENDING_APPROVAL.value, submitted_by=by.token_id, max_retries=body.max_retries)
+def require_writable_run(session: Session, run_id: int, by: Principal) -> None:
+    """404 unless the run exists; 409 if it ended more than ULAB_INGEST_AFTER_END_S ago. A worker token also gets a
+    409 for a run that has not started, and a 403 unless it claimed the run's live attempt (or one of its nodes),
+    where the claiming workers recorded their tokens. (Other ingest roles, an admin importing points, may write a
+    run that has not started.)"""
+    run = get_run(session, run_id)
+    late = get_settings().ingest_after_end_s
+    if run.finished_at is not None and run.state in TERMINAL_VALUES and \
+            transitions.now() - transitions.as_utc(run.finished_at) > timedelta(seconds=late):
+        raise UserError(409, "state", f"run {run_id} ended ({run.state}) more than {late:.0f} s ago: its metrics "
+                                      "are closed")
+    if by.role != Role.WORKER:
+        return
+    if run.state == RunState.PENDING_APPROVAL.value or (run.state == RunState.QUEUED.value and run.attempt == 1):
+        raise UserError(409, "state", f"run {run_id} has not started ({run.state}): no worker may write its metrics")
+    claimers = [run.claimed_token_id, *session.scalars(
+        select(RunNode.claimed_token_id).where(RunNode.run_id == run_id, RunNode.attempt == run.attempt))]
+    if None not in claimers and by.token_id not in claimers:
+        raise UserError(403, "authorization", f"this worker token did not claim run {run_id}: a worker writes the "
+                                              "metrics of the runs it claimed only")
+
+
+def _submitted_with(session: Session, by: Principal, key: str, body: RunCreate) -> Run | None:
+    """The run this token submitted with `key`, if any; 409 if that submit was of another plan."""
+    run = session.scalar(select(Run).where(Run.submitted_by == by.token_id, Run.idempotency_key == key))
+    if run is not None and run.plan_id != body.plan_id:
+        raise UserError(409, "idempotency-key", f"this key was used to submit plan {run.plan_id} (run {run.id})")
+    return run
+
+
+def create_run(session: Session, body: RunCreate, by: Principal, idempotency_key: str | None = None) -> Run:
+    """The stored plan plus the submitted run section, validated as one plan; stored with every default filled,
+    so the trainer runs exactly the plan that was estimated. A repeated Idempotency-Key answers the first run."""
+    key = idempotency_key if by.token_id is not None else None
+    if key and (earlier := _submitted_with(session, by, key, body)) is not None:
+        return earlier
+    stored = get_plan(session, body.plan_id)
+    settings = get_settings()
+    # the checkpoint first: a preset plan's run.model_path is filled in from the models root or the hub cache
+    merged = model_source.resolve({**stored.spec, "run": body.run.model_dump(mode="json")}, settings, strict=False)
+    plan = valid_or_422(merged)
+    spec = check_run_spec(plan.effective(), settings)
+    try:
+        executor = executor_name(spec, settings)
+    except ValueError as e:  # a misconfigured queue: say so instead of queueing a run nothing will take
+        raise UserError(422, "hardware.gpu", str(e)) from None
+    if executor != "slurm" and (body.slurm_partition or body.slurm_time_limit):
+        raise UserError(422, "slurm_partition" if body.slurm_partition else "slurm_time_limit",
+                        f"the queue of {gpu_name(spec)} runs on {executor}, not on Slurm")
+    run = Run(name=body.name or stored.name or f"plan {stored.id}", plan_id=stored.id, spec=spec,
+              estimate=stored.estimate, priority=body.priority, steps=plan.total_steps(),
+              submitted_by=by.token_id, max_retries=body.max_retries,  # state: pending_approval (the default)
+              executor=executor, slurm_partition=body.slurm_partition, slurm_time_limit=body.slurm_time_limit,
+              idempotency_key=key)
     session.add(run)
-    session.commit()
+    try:
+        session.commit()
+    except IntegrityError:  # the same key, submitted at the same moment: the other request made the run
+        session.rollback()
+        if key and (earlier := _submitted_with(session, by, key, body)) is not None:
+            return earlier
+        raise
     return run
 
 
@@ -62,82 +120,101 @@ def does_not_fit(estimate: dict | None) -> str | None:
 
 def approve_run(session: Session, run_id: int, by: Principal, force: bool = False) -> Run:
     run = get_run(session, run_id)
-    if run.state != RunState.PENDING_APPROVAL:  # approval is for new runs; a retry has its own action
-        raise IllegalTransition(run.state, RunState.QUEUED)
+    if run.state == RunState.PENDING_APPROVAL:
+        check_sources(run)
     reason = does_not_fit(run.estimate)
-    if reason and not force:
-        raise UserError(409, "estimate.memory", f"{reason}; approve with force=true to run it anyway")
-    run.state, run.approved_at, run.approved_by = RunState.QUEUED.value, now(), by.token_id
-    run.forced = bool(reason)
+    if reason and not force and run.state == RunState.PENDING_APPROVAL:  # (any other state: refused below)
+        raise UserError(409, "estimate.memory", f"{reason}. \"Approve anyway\" starts it regardless and "
+                                                "records on the run that it was approved against the estimate")
+    cap = get_settings().max_forced_gib_per_gpu
+    need = ((run.estimate or {}).get("memory") or {}).get("device_total_gib")
+    if reason and isinstance(need, int | float) and need > cap:
+        raise UserError(409, "estimate.memory", f"{reason}, above the {cap:g} GiB per GPU that even a forced run may "
+                                                "ask for (ULAB_MAX_FORCED_GIB_PER_GPU)")
+    transitions.approve(run, by.token_id, forced=bool(reason))
     session.commit()  # the message goes out only after the approval is committed
     enqueue(run)
+    session.refresh(run)  # the executor may have written to it (the Slurm job id)
     return run
 
 
-def enqueue(run: Run) -> None:
-    from worker.celery_app import send_execute_run
+def check_sources(run: Run) -> None:
+    """Before a run takes GPUs (approve, retry): its data and checkpoint must be there and be the planned model.
+    A checkpoint resolved since submit (e.g. downloaded into the cache) is stored in the spec."""
+    spec = copy.deepcopy(run.spec)
+    model_source.check_data(spec)
+    spec = model_source.resolve(spec, get_settings(), strict=True)
+    if spec != run.spec:
+        run.spec = spec
 
+
+def enqueue(run: Run) -> None:
+    """Hand the queued run to its executor (backend/executors): Celery workers or one Slurm job."""
     try:
-        send_execute_run(run.id, gpu_name(run.spec), priority=run.priority,
-                         num_nodes=max(1, int(run.spec["hardware"].get("num_nodes", 1) or 1)))
-    except Exception:  # the run stays queued; the reconciler sends it again
-        log.exception("could not send run %s to the queue", run.id)
+        executor_for(run).submit(run)
+    except Exception:  # the run stays queued; the reconciler (Celery) or the Slurm poller sends it again
+        log.exception("could not send run %s to its executor", run.id)
 
 
 def retry_run(session: Session, run_id: int) -> Run:
     """Queue the next attempt of a run that did not succeed; the worker resumes it from its last checkpoint."""
     run = get_run(session, run_id)
-    queue_retry(run)
+    check_sources(run)
+    transitions.queue_retry(run)
     session.commit()
     enqueue(run)
+    session.refresh(run)
     return run
-
-
-def queue_retry(run: Run) -> None:
-    check_transition(run.state, RunState.QUEUED)
-    run.state, run.attempt, run.cancel_requested = RunState.QUEUED.value, run.attempt + 1, False
-    run.worker = run.started_at = run.finished_at = run.heartbeat_at = run.exit_reason = None
-
-
-def gpu_name(spec: dict) -> str:
-    gpu = spec.get("hardware", {}).get("gpu", "")
-    return gpu.get("name", "custom") if isinstance(gpu, dict) else str(gpu)
 
 
 def cancel_run(session: Session, run_id: int, by: Principal) -> Run:
     run = get_run(session, run_id)
     if not by.can(Permission.CANCEL_ANY) and (by.token_id is None or run.submitted_by != by.token_id):
         raise UserError(403, "authorization", "a submitter may cancel only the runs they submitted")
-    state = RunState(run.state)
-    if state == RunState.QUEUED and run.attempt > 1:  # a queued retry: back to where it ended
-        run.state, run.finished_at, run.exit_reason = RunState.CANCELLED.value, now(), "retry cancelled before it started"
-    elif state in (RunState.PENDING_APPROVAL, RunState.QUEUED):
-        run.state, run.finished_at, run.exit_reason = RunState.CANCELLED.value, now(), "cancelled before it started"
-    elif state in ACTIVE:
-        run.cancel_requested = True  # the worker stops the process group and records `cancelled`
-    else:
-        raise IllegalTransition(run.state, RunState.CANCELLED)
+    transitions.request_cancel(session, run)
     session.commit()
     return run
 
 
-def list_runs(session: Session, state: str | None = None, q: str | None = None, limit: int = 500) -> list[Run]:
+def label_run(session: Session, run_id: int, labels: RunLabels) -> Run:
+    """Set a run's tags and/or notes (not its state: any run, in any state)."""
+    run = get_run(session, run_id)
+    if labels.tags is not None:
+        run.tags = sorted(set(labels.tags))
+    if labels.notes is not None:
+        run.notes = labels.notes
+    session.commit()
+    return run
+
+
+def list_runs(session: Session, state: str | None = None, q: str | None = None, limit: int = 500,
+              tag: str | None = None) -> list[Run]:
     query = select(Run).order_by(Run.id.desc()).limit(limit)
     if state:
         query = query.where(Run.state.in_(state.split(",")))
     if q:
         query = query.where(or_(Run.name.ilike(f"%{q}%"), Run.state.ilike(f"%{q}%")))
-    return list(session.scalars(query))
+    runs = list(session.scalars(query))
+    # tags are a JSON list (portable across SQLite and PostgreSQL): filtered here, on at most `limit` rows
+    return [r for r in runs if tag in (r.tags or [])] if tag else runs
+
+
+def checkpoints(run: Run) -> list[dict]:
+    """The checkpoints on disk (RUN_DIR/checkpoints/<stage>/checkpoint-<step>): stage, step, size and time, newest
+    first. The worker's run directory is shared with the API (one machine or a shared filesystem)."""
+    root = Path(run.run_dir) / "checkpoints" if run.run_dir else None
+    if root is None or not root.is_dir():
+        return []
+    out = []
+    for ckpt in root.glob("*/checkpoint-*"):
+        step = ckpt.name.removeprefix("checkpoint-")
+        if not ckpt.is_dir() or not step.isdigit():
+            continue
+        files = [f for f in ckpt.rglob("*") if f.is_file()]
+        out.append({"stage": ckpt.parent.name, "step": int(step), "bytes": sum(f.stat().st_size for f in files),
+                    "saved_at": datetime.fromtimestamp(ckpt.stat().st_mtime, UTC)})
+    return sorted(out, key=lambda c: (c["saved_at"], c["step"]), reverse=True)
 
 
 def log_tail(run: Run, lines: int) -> list[str]:
-    if not run.run_dir:
-        return []
-    path = Path(run.run_dir) / "train.log"
-    if not path.is_file():
-        return []
-    with path.open("rb") as f:
-        f.seek(0, 2)
-        f.seek(max(0, f.tell() - 256 * lines))
-        text = f.read().decode("utf-8", "replace")
-    return text.splitlines()[-lines:]
+    return tail_lines(Path(run.run_dir) / "train.log", lines) if run.run_dir else []

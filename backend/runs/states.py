@@ -1,4 +1,5 @@
-"""The run state machine, in one place. Every change of a run's state goes through `check_transition`."""
+"""The run state machine: the states and the changes allowed between them. backend/runs/transitions.py, the only
+writer of a run's state, checks every change against ALLOWED with `check_transition`."""
 from __future__ import annotations
 
 from enum import StrEnum
