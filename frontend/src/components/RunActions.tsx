@@ -1,5 +1,5 @@
 import { useState } from "react";
-import { api, ApiError, TERMINAL, type Run } from "../lib/api";
+import { api, ApiError, TERMINAL, type Run, type RunSection } from "../lib/api";
 import { can, canCancel, useAuth } from "../lib/auth";
 import { navigate } from "../lib/route";
 
@@ -9,6 +9,7 @@ export function RunActions({ run, onChange, compact }: { run: Run; onChange: (r:
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState("");
   const [needsForce, setNeedsForce] = useState(false);
+  const [confirming, setConfirming] = useState(false);  // cancel asks once before it stops anything
   const act = async (fn: () => Promise<Run>, after?: (r: Run) => void) => {
     setBusy(true);
     setError("");
@@ -38,9 +39,17 @@ export function RunActions({ run, onChange, compact }: { run: Run; onChange: (r:
         <button type="button" className="danger" data-testid={`approve-force-${id}`} disabled={busy}
           onClick={() => act(() => api.approve(id, true))}>Approve anyway</button>
       ) : null}
-      {!terminal && canCancel(identity, run) ? (
+      {!terminal && canCancel(identity, run) && !confirming ? (
         <button type="button" className="danger" data-testid={`cancel-${id}`} disabled={busy || run.cancel_requested}
-          onClick={() => act(() => api.cancel(id))}>{run.cancel_requested ? "Cancelling…" : "Cancel"}</button>
+          onClick={() => setConfirming(true)}>{run.cancel_requested ? "Cancelling…" : "Cancel"}</button>
+      ) : null}
+      {!terminal && confirming ? (
+        <span className="confirm" data-testid={`cancel-confirm-${id}`}>
+          {run.started_at ? "Stop this run? It saves a checkpoint first; Retry resumes from it." : "Cancel this run before it starts?"}
+          <button type="button" className="danger" data-testid={`confirm-cancel-${id}`} disabled={busy}
+            onClick={() => act(() => api.cancel(id), () => setConfirming(false))}>Yes, cancel</button>
+          <button type="button" data-testid={`keep-${id}`} onClick={() => setConfirming(false)}>Keep it</button>
+        </span>
       ) : null}
       {retryable && can(identity, "approve") ? (
         <button type="button" data-testid={`retry-${id}`} disabled={busy} title="next attempt of this run, resuming from its last checkpoint"
@@ -50,7 +59,7 @@ export function RunActions({ run, onChange, compact }: { run: Run; onChange: (r:
       ) : null}
       {retryable && can(identity, "submit") && !can(identity, "approve") ? (
         <button type="button" data-testid={`resubmit-${id}`} disabled={busy} title="a new run from the same plan (waits for approval)"
-          onClick={() => act(() => api.createRun(run.plan_id, (run.spec.run ?? {}) as Record<string, unknown>, run.name), (r) => navigate(`/runs/${r.id}`))}>
+          onClick={() => run.plan_id !== null && run.spec.run && act(() => api.createRun(run.plan_id as number, run.spec.run as RunSection, run.name), (r) => navigate(`/runs/${r.id}`))}>
           Resubmit
         </button>
       ) : null}

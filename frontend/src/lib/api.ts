@@ -1,110 +1,42 @@
 // Typed client for the HTTP API v1 (docs/api.md). All paths are relative so the API can serve the build.
 
-export type Plan = {
-  model: { preset?: string; config?: Record<string, unknown> };
-  hardware: { gpu: string | CustomGpu; gpus_per_node: number; num_nodes?: number; cpu_memory_gib_per_node?: number };
-  parallel: { sp_size: number; dp_size: number };
-  training: {
-    seq_len: number;
-    micro_batch_size: number;
-    grad_accum: number;
-    dtype: string;
-    zero_stage: number;
-    offload_optimizer: boolean;
-    offload_params: boolean;
-    activation_checkpointing: boolean;
-    checkpoint_offload: boolean;
-    tiled_mlp: boolean;
-    tiled_logits_loss: boolean;
-    attn_implementation: string;
-  };
-};
+import type { components } from "./schema";
 
+// The API's types are generated from its OpenAPI schema at build time (npm run gen: openapi.json -> schema.d.ts),
+// which FastAPI builds from the plan model (plan/model.py): a plan field exists here because it exists there.
+type Schemas = components["schemas"];
+
+/** plan-v1 (+ the trainer's optional `run` section), as the API accepts it: fields with defaults are optional. */
+export type Plan = Schemas["Plan"];
+export type RunSection = Schemas["RunSection"];
 /** A GPU not in the catalog: the columns of gpus.csv. */
-export type CustomGpu = { name: string; [column: string]: string | number };
+export type CustomGpu = Schemas["CustomGpu"];
+export type FieldError = Schemas["FieldErrorOut"];
+export type Estimate = Schemas["Estimate"];
+export type SweepSeries = Schemas["SweepSeries"];
+export type Sweep = Schemas["Sweep"];
+export type Export = Schemas["Exports"];
+export type Catalog = Schemas["Catalog"];
+export type PlanDefaults = Schemas["PlanDefaults"];
+export type Recommend = Schemas["Recommend"];
+export type Recommendation = Schemas["Recommendation"];
+export type Fix = Schemas["Fix"];
+export type SpMethods = Schemas["SpMethods"];
+export type Calibration = Schemas["Calibration"];
+/** A stored plan: the API stores it with every default filled in. */
+export type StoredPlan = Omit<Schemas["PlanOut"], "plan"> & { plan: Plan };
 
 export function gpuName(gpu: string | CustomGpu | undefined): string {
-  return gpu === undefined ? "–" : typeof gpu === "string" ? gpu : `${gpu.name} (custom)`;
+  return gpu === undefined ? "–" : typeof gpu === "string" ? gpu : `${gpu.name ?? "custom"} (custom)`;
 }
-
-export type FieldError = { field: string; message: string };
-
-export type Estimate = {
-  valid: boolean;
-  errors: FieldError[];
-  warnings: (string | FieldError)[];
-  memory: null | {
-    peak_allocated_gib: number;
-    device_total_gib: number;
-    gpu_capacity_gib: number;
-    fits: boolean;
-    breakdown_gib: Record<string, number>;
-    cpu_gib_per_node: number;
-    cpu_fits: boolean;
-  };
-  throughput: null | {
-    step_time_s: number;
-    tokens_per_s: number;
-    tokens_per_s_per_gpu: number;
-    tflops_per_gpu: number;
-    mfu: number;
-    time_breakdown_s?: Record<string, number>;
-  };
-};
-
-export type SweepSeries = {
-  sp_size: number;
-  peak_allocated_gib: (number | null)[];
-  device_total_gib: (number | null)[];
-  tokens_per_s: (number | null)[];
-  fits: (boolean | null)[];
-  max_seq_len: number | null;
-  valid?: boolean;
-  gpus?: number;
-  errors?: FieldError[];
-};
-export type Sweep = { seq_lens: number[]; series: SweepSeries[]; gpu_capacity_gib: number };
-export type Export = { accelerate_yaml: string; deepspeed_json: string; launch_command: string };
-export type Catalog = {
-  models: { name: string; num_attention_heads?: number; [k: string]: unknown }[];
-  gpus: { name: string; memory_gib: number; [k: string]: unknown }[];
-};
-export type StoredPlan = { id: number; name: string; created_at: string; plan: Plan; estimate: Estimate };
 
 export type RunState =
   | "pending_approval" | "queued" | "starting" | "running"
   | "succeeded" | "failed" | "oom" | "cancelled" | "lost";
 
-export type Run = {
-  id: number;
-  name: string;
-  state: RunState;
-  plan_id: number;
-  spec: Plan & { run?: Record<string, unknown> & { steps?: number } };
-  estimate: Estimate | null;
-  worker: string | null;
-  attempt: number;
-  cancel_requested: boolean;
-  created_at: string;
-  approved_at: string | null;
-  started_at: string | null;
-  finished_at: string | null;
-  heartbeat_at: string | null;
-  exit_reason: string | null;
-  last_step: number | null;
-  steps: number | null;
-  attempts?: Attempt[];
-  max_retries?: number;
-  priority?: number;
-  submitted_by?: number | null;
-  approved_by?: number | null;
-  forced?: boolean;
-};
-
-export type Attempt = {
-  attempt: number; state: RunState; worker: string | null; started_at: string | null; finished_at: string | null;
-  last_step: number; exit_reason: string | null;
-};
+/** A run as the API answers it; its spec is the plan it runs, every default filled in. */
+export type Run = Omit<Schemas["RunOut"], "spec" | "state" | "attempts"> & { spec: Plan; state: RunState; attempts?: Attempt[] };
+export type Attempt = Omit<Schemas["AttemptOut"], "state"> & { state: RunState };
 
 export type Role = "viewer" | "submitter" | "approver" | "admin" | "worker";
 export type Identity = { name: string; role: Role; token_id: number | null };
@@ -171,8 +103,16 @@ export const api = {
   sweep: (plan: Plan, signal?: AbortSignal, sp_sizes?: number[], seq_lens?: number[]) =>
     request<Sweep>("POST", "/api/estimate/sweep", { plan, sp_sizes, seq_lens }, signal),
   exportPlan: (plan: Plan) => request<Export>("POST", "/api/estimate/export", plan),
+  /** configurations that fit the plan's model and hardware at its seq_len (or the longest), best first */
+  recommend: (plan: Plan, longest = false, signal?: AbortSignal) =>
+    request<Recommend>("POST", "/api/estimate/recommend", { plan, longest }, signal),
+  fix: (plan: Plan, signal?: AbortSignal) => request<Fix>("POST", "/api/estimate/fix", plan, signal),
+  runFix: (id: number) => request<Fix>("GET", `/api/runs/${id}/fix`),
+  spMethods: (plan: Plan) => request<SpMethods>("POST", "/api/estimate/sp-methods", plan),
+  calibration: () => request<Calibration>("GET", "/api/calibration"),
   createPlan: (plan: Plan, name?: string) => request<StoredPlan>("POST", "/api/plans", { ...plan, name }),
-  createRun: (plan_id: number, run: Record<string, unknown>, name?: string, extra?: { priority?: number; max_retries?: number }) =>
+  planDefaults: () => request<PlanDefaults>("GET", "/api/plans/defaults"),
+  createRun: (plan_id: number, run: RunSection, name?: string, extra?: { priority?: number; max_retries?: number }) =>
     request<Run>("POST", "/api/runs", { plan_id, name, run, ...extra }),
   runs: (state?: string, q?: string) => {
     const p = new URLSearchParams();
@@ -187,6 +127,8 @@ export const api = {
   signIn: (token: string) => request<Identity>("POST", "/api/session", { token }),
   signOut: () => request<null>("DELETE", "/api/session"),
   cancel: (id: number) => request<Run>("POST", `/api/runs/${id}/cancel`),
+  checkpoints: (id: number) => request<{ stage: string; step: number; bytes: number; saved_at: string }[]>("GET", `/api/runs/${id}/checkpoints`),
+  label: (id: number, labels: { tags?: string[]; notes?: string }) => request<Run>("PATCH", `/api/runs/${id}`, labels),
   /** the next attempt of the same run, resuming from its last checkpoint (approvers) */
   retry: (id: number) => request<Run>("POST", `/api/runs/${id}/retry`),
   log: (id: number, lines = 200) => request<{ lines: string[] }>("GET", `/api/runs/${id}/log?lines=${lines}`),

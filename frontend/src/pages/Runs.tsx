@@ -47,6 +47,7 @@ const COLS: Col[] = [
   { key: "seq", label: "seq_len", value: (r) => r.spec?.training?.seq_len ?? 0, cls: "opt" },
   { key: "sp", label: "sp", value: (r) => r.spec?.parallel?.sp_size ?? 0, cls: "opt" },
   { key: "progress", label: "progress", value: (r) => (totalSteps(r) ? (r.last_step ?? 0) / totalSteps(r) : 0) },
+  { key: "loss", label: "final loss", value: (r) => r.final_loss ?? Infinity, cls: "opt" },
   { key: "tps", label: "tokens/s", value: tokensPerS, cls: "opt2" },
   { key: "started", label: "started", value: (r) => r.started_at ?? r.created_at, cls: "opt2" },
   { key: "duration", label: "duration", value: (r) => (r.started_at ? (r.finished_at ? parseTime(r.finished_at) : Date.now()) - parseTime(r.started_at) : -1), cls: "opt" },
@@ -56,6 +57,7 @@ export function Runs() {
   const [runs, setRuns] = useState<Run[] | null>(null);
   const [error, setError] = useState("");
   const [state, setState] = useState("");
+  const [tag, setTag] = useState("");
   const [q, setQ] = useState("");
   const [sort, setSort] = useState<{ key: string; dir: 1 | -1 }>({ key: "id", dir: -1 });
   const [selected, setSelected] = useState<number[]>([]);
@@ -84,12 +86,13 @@ export function Runs() {
     const col = COLS.find((c) => c.key === sort.key) ?? COLS[0];
     const text = q.trim().toLowerCase();
     return runs
-      .filter((r) => (!state || r.state === state) && (!text || `${r.id} ${r.name} ${model(r)} ${r.state}`.toLowerCase().includes(text)))
+      .filter((r) => (!state || r.state === state) && (!tag || (r.tags ?? []).includes(tag))
+        && (!text || `${r.id} ${r.name} ${model(r)} ${r.state} ${(r.tags ?? []).join(" ")}`.toLowerCase().includes(text)))
       .sort((a, b) => {
         const va = col.value(a), vb = col.value(b);
         return (va < vb ? -1 : va > vb ? 1 : 0) * sort.dir;
       });
-  }, [runs, sort, q, state]);
+  }, [runs, sort, q, state, tag]);
 
   const onChange = (r: Run) => setRuns((rs) => (rs ?? []).map((x) => (x.id === r.id ? r : x)));
   const toggle = (id: number) => setSelected((s) => (s.includes(id) ? s.filter((x) => x !== id) : [...s, id]));
@@ -100,6 +103,10 @@ export function Runs() {
         <select data-testid="runs-filter-state" value={state} onChange={(e) => setState(e.target.value)}>
           <option value="">all states</option>
           {STATES.map((s) => <option key={s} value={s}>{s.replace(/_/g, " ")}</option>)}
+        </select>
+        <select data-testid="runs-filter-tag" value={tag} onChange={(e) => setTag(e.target.value)}>
+          <option value="">all tags</option>
+          {[...new Set((runs ?? []).flatMap((r) => r.tags ?? []))].sort().map((t) => <option key={t}>{t}</option>)}
         </select>
         <input data-testid="runs-filter-text" placeholder="filter by name, model…" value={q} onChange={(e) => setQ(e.target.value)} />
         <button type="button" data-testid="compare-selected" disabled={selected.length < 2}
@@ -128,10 +135,14 @@ export function Runs() {
               <tr key={r.id} data-testid={`run-row-${r.id}`} data-state={r.state}>
                 <td className="sel"><input type="checkbox" aria-label={`select run ${r.id}`} data-testid={`select-${r.id}`} checked={selected.includes(r.id)} onChange={() => toggle(r.id)} /></td>
                 <td className="id"><a href={`#/runs/${r.id}`}>{r.id}</a></td>
-                <td className="name"><a href={`#/runs/${r.id}`} data-testid={`run-link-${r.id}`}>{r.name || "(unnamed)"}</a></td>
-                <td><StateBadge run={r} testid={`run-state-${r.id}`} /></td>
+                <td className="name"><a href={`#/runs/${r.id}`} data-testid={`run-link-${r.id}`}>{r.name || "(unnamed)"}</a>
+                  {(r.tags ?? []).map((t) => <span key={t} className="badge" data-testid={`run-tag-${r.id}-${t}`}>{t}</span>)}</td>
+                <td><StateBadge run={r} testid={`run-state-${r.id}`} />
+                  {(r.alerts ?? []).length ? <span className="badge bad" data-testid={`run-alert-badge-${r.id}`} title={(r.alerts ?? []).map((a) => a.message).join("\n")}>
+                    {(r.alerts ?? []).map((a) => a.kind.replace("_", " ")).join(", ")}</span> : null}
+                </td>
                 <td className="opt">{model(r)}</td>
-                <td className="opt">{gpuName(r.spec?.hardware?.gpu)} × {gpus(r)}</td>
+                <td className="opt">{r.device === "cpu" ? `CPU ranks × ${gpus(r)}` : `${gpuName(r.spec?.hardware?.gpu)} × ${gpus(r)}`}</td>
                 <td className="opt">{r.spec?.training ? fmtSeq(r.spec.training.seq_len) : "–"}</td>
                 <td className="opt">{r.spec?.parallel?.sp_size}</td>
                 <td>
@@ -140,6 +151,7 @@ export function Runs() {
                   </div>
                   <span className="muted small">{r.last_step ?? 0}/{steps || "?"}</span>
                 </td>
+                <td className="opt" data-testid={`run-loss-${r.id}`}>{r.final_loss != null ? fmtNum(r.final_loss, 4) : "–"}</td>
                 <td className="opt2" data-testid={`run-tps-${r.id}`} title="last measured; ≈ = the planner's prediction">{tokensLabel(r)}</td>
                 <td className="opt2">{fmtTime(r.started_at)}</td>
                 <td className="opt">{fmtDuration(r.started_at, r.finished_at)}</td>

@@ -1,5 +1,5 @@
 import { useState } from "react";
-import { api, ApiError, type Plan } from "../../lib/api";
+import { api, ApiError, type Plan, type RunSection } from "../../lib/api";
 import { can, useAuth } from "../../lib/auth";
 import { encodePlanParam } from "./form";
 import { navigate } from "../../lib/route";
@@ -20,18 +20,45 @@ async function copyText(text: string): Promise<void> {
 const EXPORTS = [
   ["accelerate_yaml", "Accelerate YAML"],
   ["deepspeed_json", "DeepSpeed JSON"],
+  ["deepspeed_json_hf_trainer", "DeepSpeed JSON for the HF Trainer (\"auto\" values)"],
   ["launch_command", "launch command"],
 ] as const;
+
+function download(name: string, text: string): void {
+  const url = URL.createObjectURL(new Blob([text], { type: "application/json" }));
+  const a = document.createElement("a");
+  a.href = url;
+  a.download = name;
+  a.click();
+  URL.revokeObjectURL(url);
+}
+
+/** Several nodes: each node's Accelerate YAML and torchrun line (MAIN_NODE_IP is node 0's address, filled once). */
+function PerNode({ yamls, lines }: { yamls: string[]; lines: string[] }) {
+  return (
+    <div data-testid="export-per-node">
+      <div className="muted small">Set MAIN_NODE_IP to node 0's address (export MAIN_NODE_IP=… on every node; in the YAML files, replace it).</div>
+      {lines.map((line, i) => (
+        <div key={i}>
+          <h4>node {i}</h4>
+          <pre className="export" data-testid={`export-node-${i}-launch`}>{line}</pre>
+          <pre className="export" data-testid={`export-node-${i}-yaml`}>{yamls[i]}</pre>
+        </div>
+      ))}
+    </div>
+  );
+}
 
 export function ExportButtons({ plan }: { plan: Plan | null }) {
   const [shown, setShown] = useState<{ key: string; text: string } | null>(null);
   const [msg, setMsg] = useState("");
+  const [perNode, setPerNode] = useState<{ yamls: string[]; lines: string[] } | null>(null);
   const onCopy = async (key: (typeof EXPORTS)[number][0], label: string) => {
     if (!plan) return;
     try {
-      const out = await api.exportPlan(plan);
-      await copyText(out[key]);
-      setShown({ key, text: out[key] });
+      const text = (await api.exportPlan(plan))[key] ?? "";
+      await copyText(text);
+      setShown({ key, text });
       setMsg(`${label} copied`);
     } catch (e) {
       setMsg(`export failed: ${(e as Error).message}`);
@@ -53,23 +80,54 @@ export function ExportButtons({ plan }: { plan: Plan | null }) {
             Copy {label}
           </button>
         ))}
+        <button type="button" data-testid="download-plan_json" disabled={!plan} onClick={async () => {
+          if (!plan) return;
+          try {
+            download("plan.json", (await api.exportPlan(plan)).plan_json ?? "");
+            setMsg("plan.json downloaded (the launch command reads it)");
+          } catch (e) {
+            setMsg(`export failed: ${(e as Error).message}`);
+          }
+        }}>Download plan.json</button>
+        {plan && plan.hardware.num_nodes && plan.hardware.num_nodes > 1 ? (
+          <button type="button" data-testid="show-per-node" onClick={async () => {
+            const x = await api.exportPlan(plan);
+            setPerNode({ yamls: x.accelerate_yaml_per_node ?? [], lines: x.launch_commands_per_node ?? [] });
+          }}>Per-node files</button>
+        ) : null}
       </div>
       {msg ? <div className="muted" data-testid="copy-status">{msg}</div> : null}
       {shown ? <pre className="export" data-testid="export-text">{shown.text}</pre> : null}
+      {perNode ? <PerNode {...perNode} /> : null}
     </div>
   );
 }
 
-/** "Submit run": store the plan, create a run from it (pending approval), open the run page. */
-type RunInit = { steps?: number; learning_rate?: number; data?: { path?: string } } | null;
+/** "Submit run": store the plan, create a run from it (pending approval), open the run page. The run section starts
+ * from a loaded plan's (every field of it is kept) or from the plan model's defaults. */
+/** Whole-number run fields the form offers besides steps: (key, label). Their defaults come from the plan model. */
+const RUN_NUMBERS = [
+  ["seed", "seed"],
+  ["warmup_steps", "warmup steps"],
+  ["checkpoint_every", "checkpoint every (steps, 0: never)"],
+  ["keep_checkpoints", "checkpoints kept"],
+] as const;
+type RunNumber = (typeof RUN_NUMBERS)[number][0];
 
-export function SubmitRun({ plan, valid, initial }: { plan: Plan | null; valid: boolean; initial?: RunInit }) {
+export function SubmitRun({ plan, valid, initial, defaults, schedulers }: {
+  plan: Plan | null; valid: boolean; initial?: RunSection | null; defaults: Record<string, unknown>; schedulers: string[];
+}) {
   const { identity } = useAuth();
   const allowed = can(identity, "submit");
   const [name, setName] = useState("");
-  const [steps, setSteps] = useState(String(initial?.steps ?? 20));
-  const [lr, setLr] = useState(String(initial?.learning_rate ?? "1e-3"));
+  const [steps, setSteps] = useState(String(initial?.steps ?? defaults.steps));
+  const [lr, setLr] = useState(String(initial?.learning_rate ?? defaults.learning_rate));
   const [data, setData] = useState(initial?.data?.path ?? "examples/data/sample.txt");
+  // a loaded run section's values win over the defaults (so an example's checkpoint_every is kept)
+  const [numbers, setNumbers] = useState<Record<RunNumber, string>>(
+    () => Object.fromEntries(RUN_NUMBERS.map(([k]) => [k, String(initial?.[k] ?? defaults[k] ?? "")])) as Record<RunNumber, string>);
+  const [scheduler, setScheduler] = useState(String(initial?.lr_scheduler ?? defaults.lr_scheduler));
+  const [modelPath, setModelPath] = useState(initial?.model_path ?? "");
   const [priority, setPriority] = useState("0");
   const [retries, setRetries] = useState("0");
   const [busy, setBusy] = useState(false);
@@ -79,10 +137,16 @@ export function SubmitRun({ plan, valid, initial }: { plan: Plan | null; valid: 
     setBusy(true);
     setError("");
     try {
-      const stored = await api.createPlan(plan, name || undefined);
+      const stored = await api.createPlan({ ...plan, run: null }, name || undefined);
       const run = await api.createRun(
         stored.id,
-        { steps: Number(steps), learning_rate: Number(lr), seed: 0, data: { path: data } },
+        {
+          ...(initial ?? {}), steps: Number(steps), learning_rate: Number(lr), data: { ...initial?.data, path: data },
+          ...Object.fromEntries(RUN_NUMBERS.map(([k]) => [k, Number(numbers[k])])),
+          lr_scheduler: scheduler as RunSection["lr_scheduler"],
+          // empty: the API resolves the preset under the models root (ULAB_MODELS_DIR) or the hub cache
+          model_path: modelPath.trim() || null,
+        },
         name || undefined,
         { priority: Number(priority), max_retries: Number(retries) },
       );
@@ -104,6 +168,17 @@ export function SubmitRun({ plan, valid, initial }: { plan: Plan | null; valid: 
         <label className="field"><span className="field-label">priority (0–9)</span><input data-testid="run-priority" inputMode="numeric" value={priority} onChange={(e) => setPriority(e.target.value)} /></label>
         <label className="field"><span className="field-label">automatic retries when lost</span><input data-testid="run-max-retries" inputMode="numeric" value={retries} onChange={(e) => setRetries(e.target.value)} /></label>
         <label className="field"><span className="field-label">data path</span><input data-testid="run-data" value={data} onChange={(e) => setData(e.target.value)} /></label>
+        <label className="field"><span className="field-label">model path (directory, name under the models root, or hub id)</span><input data-testid="run-model_path" value={modelPath} onChange={(e) => setModelPath(e.target.value)} placeholder="empty: the preset's checkpoint" /></label>
+        <label className="field"><span className="field-label">LR schedule</span>
+          <select data-testid="run-lr_scheduler" value={scheduler} onChange={(e) => setScheduler(e.target.value)}>
+            {schedulers.map((v) => <option key={v}>{v}</option>)}
+          </select>
+        </label>
+        {RUN_NUMBERS.map(([k, label]) => (
+          <label key={k} className="field"><span className="field-label">{label}</span>
+            <input data-testid={`run-${k}`} inputMode="numeric" value={numbers[k]} onChange={(e) => setNumbers({ ...numbers, [k]: e.target.value })} />
+          </label>
+        ))}
       </div>
       <button type="button" className="primary" data-testid="submit-run" disabled={!plan || !valid || busy || !allowed} onClick={submit}>
         {busy ? "Submitting…" : "Submit run"}

@@ -1,14 +1,14 @@
 import { useState } from "react";
-import type { Plan } from "../../lib/api";
+import type { Plan, PlanDefaults } from "../../lib/api";
 import { planToForm, TINY_EXAMPLE, type Loaded } from "./form";
 
 /** Start from an example or a pasted plan JSON (plan-v1, optionally with a `run` section); show the current one. */
-export function LoadPlan({ plan, onLoad }: { plan: Plan | null; onLoad: (l: Loaded) => void }) {
+export function LoadPlan({ plan, onLoad, defaults }: { plan: Plan | null; onLoad: (l: Loaded) => void; defaults: PlanDefaults }) {
   const [text, setText] = useState("");
   const [error, setError] = useState("");
   const load = (obj: unknown) => {
     try {
-      onLoad(planToForm(obj));
+      onLoad(planToForm(obj, defaults));
       setError("");
     } catch (e) {
       setError((e as Error).message);

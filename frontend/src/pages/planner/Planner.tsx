@@ -1,14 +1,12 @@
 import { useEffect, useMemo, useState } from "react";
-import { api, ApiError, type Catalog, type Estimate, type FieldError, type Sweep } from "../../lib/api";
+import { api, ApiError, type Catalog, type Estimate, type FieldError, type Plan, type PlanDefaults, type Sweep } from "../../lib/api";
 import { ExportButtons, SubmitRun } from "./Actions";
-import { buildPlan, decodePlanParam, DEFAULT_FORM, hardwareForWorld, LOAD_KEY, planToForm, type Loaded, type PlanForm } from "./form";
+import { FixPanel, RecommendPanel, SpMethodsPanel } from "./Advice";
+import { buildPlan, decodePlanParam, fmtSeqInput, LOAD_KEY, planToForm, type Loaded, type PlanForm } from "./form";
 import { LoadPlan } from "./LoadPlan";
 import { FORM_FIELDS, PlannerForm } from "./PlannerForm";
 import { BreakdownBar, ThroughputFigures, Warnings } from "./Results";
 import { SweepView } from "./Sweep";
-import { fmtSeq } from "../../lib/format";
-
-const fmtSeqInput = (n: number) => (/^[\d]+[KM]?$/.test(fmtSeq(n)) ? fmtSeq(n) : String(n));
 
 /** Run `fn` `ms` after the last change of `key`, aborting the previous call. */
 function useDebounced(key: string, ms: number, fn: (signal: AbortSignal) => Promise<void>) {
@@ -24,22 +22,43 @@ function useDebounced(key: string, ms: number, fn: (signal: AbortSignal) => Prom
 }
 
 /** A plan handed over by a run page's "Open in planner" (read once), or given in the link (?plan=). */
-function initialPlan(query?: URLSearchParams): Loaded | null {
+function handedOver(query?: URLSearchParams): unknown {
   const raw = sessionStorage.getItem(LOAD_KEY);
   sessionStorage.removeItem(LOAD_KEY);
   try {
-    if (raw) return planToForm(JSON.parse(raw));
+    if (raw) return JSON.parse(raw);
     const param = query?.get("plan");
-    return param ? planToForm(decodePlanParam(param)) : null;
+    return param ? decodePlanParam(param) : null;
   } catch {
     return null;
   }
 }
 
+function initialPlan(d: PlanDefaults, given: unknown): Loaded {
+  try {
+    if (given) return planToForm(given, d);
+  } catch {
+    // a broken link or hand-over: start from the example
+  }
+  return planToForm(d.plan, d);
+}
+
+/** The planner page: waits for the plan model's defaults from the API, then shows the form. */
 export function Planner({ query }: { query?: URLSearchParams }) {
-  const [initial] = useState(() => initialPlan(query));
-  const [form, setForm] = useState<PlanForm>(initial?.form ?? DEFAULT_FORM);
-  const [run, setRun] = useState<{ key: number; run: Loaded["run"] }>({ key: 0, run: initial?.run ?? null });
+  const [given] = useState(() => handedOver(query));
+  const [defaults, setDefaults] = useState<PlanDefaults | null>(null);
+  const [failed, setFailed] = useState("");
+  useEffect(() => {
+    api.planDefaults().then(setDefaults).catch((e) => setFailed((e as Error).message));
+  }, []);
+  if (failed) return <div className="card error" data-testid="planner-load-error">Could not load the planner: {failed}</div>;
+  if (!defaults) return <div className="muted" data-testid="planner-loading">Loading the planner…</div>;
+  return <PlannerPage defaults={defaults} initial={initialPlan(defaults, given)} />;
+}
+
+function PlannerPage({ defaults, initial }: { defaults: PlanDefaults; initial: Loaded }) {
+  const [form, setForm] = useState<PlanForm>(initial.form);
+  const [run, setRun] = useState<{ key: number; run: Loaded["run"] }>({ key: 0, run: initial.run });
   const onLoad = (l: Loaded) => {
     setForm(l.form);
     if (l.run) setRun((r) => ({ key: r.key + 1, run: l.run }));
@@ -97,12 +116,15 @@ export function Planner({ query }: { query?: URLSearchParams }) {
   const unplaced = errors.filter((e) => !FORM_FIELDS.some((f) => e.field === f || e.field.startsWith(f + ".")));
   const valid = Boolean(built.plan && est?.valid && !pending);
   const showEst = est && est.valid && built.plan ? est : null;
+  // "use this" / "apply": the plan goes into the form (the run section the form holds stays)
+  const usePlan = (p: Plan) => onLoad({ ...planToForm(p, defaults), run: null });
+  const overflows = Boolean(showEst?.memory && (!showEst.memory.fits || !showEst.memory.cpu_fits) && !pending);
 
   return (
     <div className="planner">
       <div className="planner-left">
-        <LoadPlan plan={built.plan} onLoad={onLoad} />
-        <PlannerForm form={form} setForm={setForm} catalog={catalog} errors={errors}
+        <LoadPlan plan={built.plan} onLoad={onLoad} defaults={defaults} />
+        <PlannerForm form={form} setForm={setForm} catalog={catalog} errors={errors} choices={defaults.choices}
           warnings={(showEst?.warnings ?? []).filter((w): w is FieldError => typeof w !== "string")} />
       </div>
       <div className="planner-right" data-testid="planner-results" data-state={pending ? "pending" : valid ? "valid" : "invalid"}>
@@ -117,18 +139,22 @@ export function Planner({ query }: { query?: URLSearchParams }) {
           <div className={pending ? "stale" : ""}>
             <Warnings est={showEst} placed={(f) => FORM_FIELDS.some((x) => f === x || f.startsWith(x + "."))} />
             <BreakdownBar est={showEst} />
+            {overflows && built.plan ? <FixPanel plan={built.plan} planKey={planKey} onApply={usePlan} /> : null}
             <ThroughputFigures est={showEst} />
           </div>
         ) : null}
+        <RecommendPanel plan={built.plan} onUse={usePlan} />
+        <SpMethodsPanel plan={valid ? built.plan : null} />
         {sweep ? (
-          <SweepView sweep={sweep} currentSp={built.plan?.parallel.sp_size ?? 0}
-            onPick={(sp, seq) => built.plan && setForm({
-              ...form, ...hardwareForWorld(form, sp * built.plan.parallel.dp_size),
-              sp_size: String(sp), dp_size: String(built.plan.parallel.dp_size), seq_len: fmtSeqInput(seq), autoDp: true,
-            })} />
+          <SweepView sweep={sweep} currentSp={built.plan?.parallel?.sp_size ?? 0}
+            onPick={(sp, dp, seq) => {
+              // the row is a layout of the user's GPUs: sp and dp change, the hardware (Nodes, GPUs / node) never
+              setForm({ ...form, sp_size: String(sp), dp_size: String(dp), seq_len: fmtSeqInput(seq), autoDp: true });
+            }} />
         ) : null}
         <ExportButtons plan={valid ? built.plan : null} />
-        <SubmitRun key={run.key} plan={built.plan} valid={valid} initial={run.run} />
+        <SubmitRun key={run.key} plan={built.plan} valid={valid} initial={run.run} defaults={defaults.defaults.run}
+          schedulers={(defaults.choices["run.lr_scheduler"] ?? []).map(String)} />
       </div>
     </div>
   );

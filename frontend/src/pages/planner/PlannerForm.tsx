@@ -9,6 +9,8 @@ type Props = {
   catalog: Catalog | null;
   errors: FieldError[];
   warnings?: FieldError[];
+  /** allowed values of the select fields, from the plan model (GET /api/plans/defaults) */
+  choices: Record<string, unknown[]>;
 };
 
 /** The estimate's warnings ({field, message}), shown beside their fields like errors but in amber. */
@@ -20,6 +22,8 @@ export const FORM_FIELDS = [
   "training.micro_batch_size", "training.grad_accum", "training.dtype", "training.zero_stage",
   "training.attn_implementation", "training.offload_optimizer", "training.offload_params",
   "training.activation_checkpointing", "training.checkpoint_offload", "training.tiled_mlp", "training.tiled_logits_loss",
+  "training.liger_kernel", "training.expandable_segments", "training.seq_parallel_communication_data_type",
+  "training.document_len",
 ];
 
 /** Errors naming this field (or a sub-path of it, e.g. model.config.num_attention_heads). */
@@ -49,7 +53,8 @@ function Field({ label, field, errors, hint, children }: {
   );
 }
 
-export function PlannerForm({ form, setForm, catalog, errors, warnings = [] }: Props) {
+export function PlannerForm({ form, setForm, catalog, errors, warnings = [], choices }: Props) {
+  const options = (field: string) => (choices[field] ?? []).map((v) => <option key={String(v)}>{String(v)}</option>);
   const set = <K extends keyof PlanForm>(k: K, v: PlanForm[K]) => setForm({ ...form, [k]: v });
   const text = (k: keyof PlanForm, testid: string, inputMode: "numeric" | "text" = "numeric") => (
     <input
@@ -85,7 +90,7 @@ export function PlannerForm({ form, setForm, catalog, errors, warnings = [] }: P
     if (name !== CUSTOM_GPU) return set("gpu", name);
     const base = catalog?.gpus.find((g) => g.name === form.gpu);
     const customGpu = base
-      ? Object.fromEntries([["name", `custom-${base.name}`], ...GPU_COLUMNS.map((c) => [c, String(base[c] ?? "")])])
+      ? Object.fromEntries([["name", `custom-${base.name}`], ...GPU_COLUMNS.map((c) => [c, String(base[c])])])
       : form.customGpu;
     setForm({ ...form, gpu: CUSTOM_GPU, customGpu });
   };
@@ -162,7 +167,7 @@ export function PlannerForm({ form, setForm, catalog, errors, warnings = [] }: P
           <Field label="grad accum" field="training.grad_accum" errors={errors}>{text("grad_accum", "input-grad_accum")}</Field>
           <Field label="dtype" field="training.dtype" errors={errors}>
             <select data-testid="input-dtype" value={form.dtype} onChange={(e) => set("dtype", e.target.value)}>
-              {["bf16", "fp16", "fp32"].map((d) => <option key={d}>{d}</option>)}
+              {options("training.dtype")}
             </select>
           </Field>
         </div>
@@ -173,12 +178,12 @@ export function PlannerForm({ form, setForm, catalog, errors, warnings = [] }: P
         <div className="grid2">
           <Field label="ZeRO stage" field="training.zero_stage" errors={errors}>
             <select data-testid="input-zero_stage" value={form.zero_stage} onChange={(e) => set("zero_stage", e.target.value)}>
-              {["0", "1", "2", "3"].map((z) => <option key={z}>{z}</option>)}
+              {options("training.zero_stage")}
             </select>
           </Field>
           <Field label="attention" field="training.attn_implementation" errors={errors}>
             <select data-testid="input-attn" value={form.attn_implementation} onChange={(e) => set("attn_implementation", e.target.value)}>
-              {["flash_attention_2", "flash_attention_3", "sdpa"].map((a) => <option key={a}>{a}</option>)}
+              {options("training.attn_implementation")}
             </select>
           </Field>
         </div>
@@ -189,6 +194,19 @@ export function PlannerForm({ form, setForm, catalog, errors, warnings = [] }: P
           {check("checkpoint_offload", "checkpoint offload")}
           {check("tiled_mlp", "tiled MLP")}
           {check("tiled_logits_loss", "tiled logits+loss")}
+          {check("liger_kernel", "Liger kernels")}
+          {check("expandable_segments", "expandable segments")}
+        </div>
+        <div className="grid2">
+          <Field label="SP gradient dtype" field="training.seq_parallel_communication_data_type" errors={errors}>
+            <select data-testid="input-comm_dtype" value={form.seq_parallel_communication_data_type}
+              onChange={(e) => set("seq_parallel_communication_data_type", e.target.value)}>
+              {options("training.seq_parallel_communication_data_type")}
+            </select>
+          </Field>
+          <Field label="document length" field="training.document_len" errors={errors} hint="packed documents; empty: whole sequences">
+            {text("document_len", "input-document_len", "text")}
+          </Field>
         </div>
       </fieldset>
     </form>

@@ -5,7 +5,7 @@ import { fmtNum, fmtSeq } from "../../lib/format";
 
 /** Device memory vs seq_len for each sp_size, with the GPU capacity line, and the max context table. */
 export function SweepView({ sweep, currentSp, onPick }: {
-  sweep: Sweep; currentSp: number; onPick?: (sp: number, seq: number) => void;
+  sweep: Sweep; currentSp: number; onPick?: (sp: number, dp: number, seq: number) => void;
 }) {
   const lines = useMemo<Line[]>(() => [
     ...sweep.series.filter((s) => s.valid !== false).map((s, i) => ({
@@ -14,7 +14,7 @@ export function SweepView({ sweep, currentSp, onPick }: {
       color: PALETTE[i % PALETTE.length],
       width: s.sp_size === currentSp ? 3 : 1.5,
     })),
-    { label: "capacity", values: sweep.seq_lens.map(() => sweep.gpu_capacity_gib), color: "#111", dash: [6, 4] },
+    { label: "capacity", values: sweep.seq_lens.map(() => sweep.gpu_capacity_gib ?? 0), color: "#111", dash: [6, 4] },
   ], [sweep, currentSp]);
   const points = sweep.series.reduce((n, s) => n + s.device_total_gib.filter((v) => v !== null).length, 0);
   return (
@@ -30,20 +30,21 @@ export function SweepView({ sweep, currentSp, onPick }: {
         xFormat={(v) => fmtSeq(Math.round(v))}
         points={points}
         height={260}
-        yMax={sweep.gpu_capacity_gib * 2}
+        yMax={(sweep.gpu_capacity_gib ?? 0) * 2}
       />
       <div className="card">
-        <h3>Max context that fits <span className="muted small">(click a row to use it)</span></h3>
+        <h3>Max context that fits on these GPUs <span className="muted small">(dp follows sp; click a row to use it)</span></h3>
         <table className="table" data-testid="max-context-table">
-          <thead><tr><th>sp_size</th><th>GPUs</th><th>max seq_len</th><th>tokens/s at 64K</th></tr></thead>
+          <thead><tr><th>sp_size</th><th>dp_size</th><th>GPUs</th><th>max seq_len</th><th>tokens/s at 64K</th></tr></thead>
           <tbody>
             {sweep.series.map((s) => {
               const at = sweep.seq_lens.indexOf(65536);
               return (
                 <tr key={s.sp_size} className={`${s.sp_size === currentSp ? "current" : ""} ${onPick && s.max_seq_len ? "pickable" : ""}`}
                   data-testid={`max-context-sp-${s.sp_size}`} title="use this sp_size and seq_len"
-                  onClick={() => onPick && s.max_seq_len && onPick(s.sp_size, s.max_seq_len)}>
+                  onClick={() => onPick && s.max_seq_len && s.dp_size && onPick(s.sp_size, s.dp_size, s.max_seq_len)}>
                   <td>{s.sp_size}</td>
+                  <td>{s.dp_size ?? "–"}</td>
                   <td>{s.gpus ?? "–"}</td>
                   <td data-seq={s.max_seq_len ?? 0}>
                     {s.valid === false ? <span className="muted">{s.errors?.map((e) => e.message).join("; ") ?? "invalid"}</span>

@@ -1,7 +1,10 @@
-import type { CustomGpu, Plan } from "../../lib/api";
-import { parseSeq } from "../../lib/format";
+import type { CustomGpu, Plan, PlanDefaults, RunSection } from "../../lib/api";
+import { fmtSeq, parseSeq } from "../../lib/format";
 
-// What the planner form edits; strings where the user types free text.
+type Training = NonNullable<Plan["training"]>;
+
+// What the planner form edits; strings where the user types free text. Its starting values and the defaults of
+// fields a loaded plan leaves out come from the API (GET /api/plans/defaults: the plan model's own defaults).
 export type PlanForm = {
   modelMode: "preset" | "config";
   preset: string;
@@ -27,47 +30,23 @@ export type PlanForm = {
   tiled_mlp: boolean;
   tiled_logits_loss: boolean;
   attn_implementation: string;
+  liger_kernel: boolean;
+  expandable_segments: boolean;
+  seq_parallel_communication_data_type: string;
+  /** empty: every sequence is one document */
+  document_len: string;
 };
 
-export const DEFAULT_FORM: PlanForm = {
-  modelMode: "preset",
-  preset: "Qwen/Qwen3-4B",
-  configText: JSON.stringify(
-    {
-      model_type: "llama",
-      hidden_size: 64,
-      num_hidden_layers: 2,
-      num_attention_heads: 4,
-      num_key_value_heads: 4,
-      intermediate_size: 128,
-      vocab_size: 256,
-    },
-    null,
-    2,
-  ),
-  gpu: "H100-80GB",
-  customGpu: {
-    name: "my-gpu", memory_gib: "96", hbm_tb_per_s: "4", bf16_dense_tflops: "1000",
-    nvlink_gb_per_s_per_direction: "450", typical_internode_gb_per_s: "50",
-  },
-  num_nodes: "1",
-  gpus_per_node: "4",
-  cpu_memory_gib_per_node: "1900",
-  seq_len: "64K",
-  sp_size: "4",
-  dp_size: "1",
-  autoDp: true,
-  micro_batch_size: "1",
-  grad_accum: "8",
-  dtype: "bf16",
-  zero_stage: "3",
-  offload_optimizer: true,
-  offload_params: false,
-  activation_checkpointing: true,
-  checkpoint_offload: false,
-  tiled_mlp: false,
-  tiled_logits_loss: false,
-  attn_implementation: "flash_attention_2",
+// Starting text of two widgets (not plan defaults): the config.json editor and the custom-GPU columns.
+const CONFIG_TEMPLATE = JSON.stringify(
+  { model_type: "llama", hidden_size: 64, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 4,
+    intermediate_size: 128, vocab_size: 256 },
+  null,
+  2,
+);
+const CUSTOM_GPU_TEMPLATE: Record<string, string> = {
+  name: "my-gpu", memory_gib: "96", hbm_tb_per_s: "4", bf16_dense_tflops: "1000",
+  nvlink_gb_per_s_per_direction: "450", typical_internode_gb_per_s: "50",
 };
 
 function int(s: string): number {
@@ -76,7 +55,8 @@ function int(s: string): number {
 }
 
 export const CUSTOM_GPU = "__custom__";
-export const GPU_COLUMNS = ["memory_gib", "hbm_tb_per_s", "bf16_dense_tflops", "nvlink_gb_per_s_per_direction", "typical_internode_gb_per_s"];
+export const GPU_COLUMNS = ["memory_gib", "hbm_tb_per_s", "bf16_dense_tflops", "nvlink_gb_per_s_per_direction",
+  "typical_internode_gb_per_s"] as const;
 
 export function worldSize(f: PlanForm): number {
   return int(f.gpus_per_node) * (int(f.num_nodes) || 1);
@@ -106,6 +86,8 @@ export function buildPlan(f: PlanForm): Built {
   }
   const seq = parseSeq(f.seq_len);
   if (!Number.isFinite(seq)) localErrors.push({ field: "training.seq_len", message: "use a number, optionally with K or M (e.g. 128K)" });
+  const doc = f.document_len.trim() ? parseSeq(f.document_len) : null;
+  if (doc !== null && !Number.isFinite(doc)) localErrors.push({ field: "training.document_len", message: "use a number (e.g. 4K), or leave it empty" });
   const numbers: [keyof PlanForm, string][] = [
     ["num_nodes", "hardware.num_nodes"],
     ["gpus_per_node", "hardware.gpus_per_node"],
@@ -120,14 +102,12 @@ export function buildPlan(f: PlanForm): Built {
   if (localErrors.length) return { plan: null, localErrors };
   let gpu: Plan["hardware"]["gpu"] = f.gpu;
   if (f.gpu === CUSTOM_GPU) {
-    const custom: CustomGpu = { name: f.customGpu.name || "custom" };
+    const figures = Object.fromEntries(GPU_COLUMNS.map((c) => [c, Number(f.customGpu[c])]));
     for (const c of GPU_COLUMNS) {
-      const v = Number(f.customGpu[c]);
-      if (!Number.isFinite(v) || v <= 0) localErrors.push({ field: `hardware.gpu.${c}`, message: `${c} must be a positive number` });
-      custom[c] = v;
+      if (!Number.isFinite(figures[c]) || figures[c] <= 0) localErrors.push({ field: `hardware.gpu.${c}`, message: `${c} must be a positive number` });
     }
     if (localErrors.length) return { plan: null, localErrors };
-    gpu = custom;
+    gpu = { name: f.customGpu.name || "custom", ...figures } as CustomGpu;
   }
   const cpu = Number(f.cpu_memory_gib_per_node);
   const plan: Plan = {
@@ -143,7 +123,7 @@ export function buildPlan(f: PlanForm): Built {
       seq_len: seq,
       micro_batch_size: int(f.micro_batch_size),
       grad_accum: int(f.grad_accum),
-      dtype: f.dtype,
+      dtype: f.dtype as Training["dtype"],
       zero_stage: int(f.zero_stage),
       offload_optimizer: f.offload_optimizer,
       offload_params: f.offload_params,
@@ -151,54 +131,68 @@ export function buildPlan(f: PlanForm): Built {
       checkpoint_offload: f.checkpoint_offload,
       tiled_mlp: f.tiled_mlp,
       tiled_logits_loss: f.tiled_logits_loss,
-      attn_implementation: f.attn_implementation,
+      attn_implementation: f.attn_implementation as Training["attn_implementation"],
+      liger_kernel: f.liger_kernel,
+      expandable_segments: f.expandable_segments,
+      seq_parallel_communication_data_type: f.seq_parallel_communication_data_type as Training["seq_parallel_communication_data_type"],
+      ...(doc !== null ? { document_len: doc } : {}),
     },
   };
   return { plan, localErrors };
 }
 
-/** The GPU layout the sweep uses for a world size (mirrors the planner's _hardware_for_world). */
-export function hardwareForWorld(f: PlanForm, world: number): Pick<PlanForm, "gpus_per_node" | "num_nodes"> {
-  const perNode = int(f.gpus_per_node) > 0 ? int(f.gpus_per_node) : 8;
-  if (world <= perNode || world % perNode) return { gpus_per_node: String(world), num_nodes: "1" };
-  return { gpus_per_node: String(perNode), num_nodes: String(world / perNode) };
-}
-
-type RunSection = { steps?: number; learning_rate?: number; data?: { path?: string } };
 export type Loaded = { form: PlanForm; run: RunSection | null };
 
-/** A plan-v1 object (optionally with a trainer-v1 `run` section) back into the form. */
-export function planToForm(obj: unknown): Loaded {
+/** seq_len as the form shows it: 64K where that is exact, else the number. */
+export const fmtSeqInput = (n: number) => (/^[\d]+[KM]?$/.test(fmtSeq(n)) ? fmtSeq(n) : String(n));
+
+/** A plan-v1 object (optionally with a trainer-v1 `run` section) back into the form; fields it leaves out take the
+ * plan model's defaults (`d.defaults`, from the API). */
+export function planToForm(obj: unknown, d: PlanDefaults): Loaded {
   if (!obj || typeof obj !== "object") throw new Error("a plan must be a JSON object");
-  const p = obj as Partial<Plan> & { run?: RunSection };
-  if (!p.model || !p.hardware || !p.parallel || !p.training) throw new Error("a plan needs model, hardware, parallel and training");
-  const t = { ...DEFAULT_FORM, ...Object.fromEntries(Object.entries(p.training).map(([k, v]) => [k, typeof v === "boolean" ? v : String(v)])) };
-  const g = p.hardware.gpu as unknown;
-  const gpu = typeof g === "string" ? g : CUSTOM_GPU;
-  const customGpu = g && typeof g === "object"
-    ? Object.fromEntries(Object.entries(g as Record<string, unknown>).map(([k, v]) => [k, String(v)]))
-    : DEFAULT_FORM.customGpu;
-  const world = p.hardware.gpus_per_node * (p.hardware.num_nodes ?? 1);
+  const p = obj as Partial<Plan>;
+  if (!p.model || !p.hardware || !p.training) throw new Error("a plan needs model, hardware and training");
+  const hw = { ...d.defaults.hardware, ...p.hardware } as Required<Plan["hardware"]>;
+  const par = { ...d.defaults.parallel, ...p.parallel } as Required<NonNullable<Plan["parallel"]>>;
+  const t = { ...d.defaults.training, ...p.training } as Required<Training>;
+  const g = hw.gpu as unknown;
+  const world = hw.gpus_per_node * hw.num_nodes;
   const form: PlanForm = {
-    ...(t as PlanForm),
     modelMode: p.model.config ? "config" : "preset",
-    preset: p.model.preset ?? DEFAULT_FORM.preset,
-    configText: p.model.config ? JSON.stringify(p.model.config, null, 2) : DEFAULT_FORM.configText,
-    gpu,
-    customGpu,
-    num_nodes: String(p.hardware.num_nodes ?? 1),
-    gpus_per_node: String(p.hardware.gpus_per_node),
-    cpu_memory_gib_per_node: String(p.hardware.cpu_memory_gib_per_node ?? DEFAULT_FORM.cpu_memory_gib_per_node),
-    seq_len: String(p.training.seq_len),
-    sp_size: String(p.parallel.sp_size),
-    dp_size: String(p.parallel.dp_size),
-    autoDp: p.parallel.sp_size * p.parallel.dp_size === world,
+    preset: p.model.preset ?? String((d.plan.model as { preset?: string }).preset ?? ""),
+    configText: p.model.config ? JSON.stringify(p.model.config, null, 2) : CONFIG_TEMPLATE,
+    gpu: typeof g === "string" ? g : CUSTOM_GPU,
+    customGpu: g && typeof g === "object"
+      ? Object.fromEntries(Object.entries(g as Record<string, unknown>).map(([k, v]) => [k, String(v)]))
+      : CUSTOM_GPU_TEMPLATE,
+    num_nodes: String(hw.num_nodes),
+    gpus_per_node: String(hw.gpus_per_node),
+    cpu_memory_gib_per_node: String(hw.cpu_memory_gib_per_node),
+    seq_len: fmtSeqInput(t.seq_len),
+    sp_size: String(par.sp_size),
+    dp_size: String(par.dp_size),
+    autoDp: par.sp_size * par.dp_size === world,
+    micro_batch_size: String(t.micro_batch_size),
+    grad_accum: String(t.grad_accum),
+    dtype: t.dtype,
+    zero_stage: String(t.zero_stage),
+    offload_optimizer: t.offload_optimizer,
+    offload_params: t.offload_params,
+    activation_checkpointing: t.activation_checkpointing,
+    checkpoint_offload: t.checkpoint_offload,
+    tiled_mlp: t.tiled_mlp,
+    tiled_logits_loss: t.tiled_logits_loss,
+    attn_implementation: t.attn_implementation,
+    liger_kernel: Boolean(t.liger_kernel),
+    expandable_segments: Boolean(t.expandable_segments),
+    seq_parallel_communication_data_type: t.seq_parallel_communication_data_type ?? "fp32",
+    document_len: t.document_len ? fmtSeqInput(t.document_len) : "",
   };
   return { form, run: p.run ?? null };
 }
 
 /** Mirrors examples/tiny-llama-sp2.json: trains on two CPU ranks in about a minute. */
-export const TINY_EXAMPLE = {
+export const TINY_EXAMPLE: Plan = {
   model: { config: { model_type: "llama", hidden_size: 64, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2,
     intermediate_size: 128, vocab_size: 512, max_position_embeddings: 2048 } },
   hardware: { gpu: "H100-80GB", gpus_per_node: 2, num_nodes: 1 },
@@ -206,7 +200,9 @@ export const TINY_EXAMPLE = {
   training: { seq_len: 512, micro_batch_size: 1, grad_accum: 1, dtype: "fp32", zero_stage: 2, offload_optimizer: false,
     offload_params: false, activation_checkpointing: false, checkpoint_offload: false, tiled_mlp: false,
     tiled_logits_loss: false, attn_implementation: "sdpa" },
-  run: { steps: 20, learning_rate: 1e-3, data: { path: "examples/data/sample.txt" } },
+  // the run section of examples/tiny-llama-sp2.json, every field of it (the submit form keeps them)
+  run: { steps: 20, learning_rate: 1e-3, seed: 0, data: { path: "examples/data/sample.txt" }, model_path: null,
+    checkpoint_every: 10, keep_checkpoints: 2 },
 };
 
 /** Handoff from a run page ("Open in planner") to the planner. */

@@ -38,8 +38,10 @@ export function RunCharts({ run, store, version, zoom, setZoom }: Props) {
   const [smooth, setSmooth] = useState(0.6);
   const [showPlanner, setShowPlanner] = useState(true);
   const onZoom = (a: number, b: number) => setZoom({ start: Math.floor(a), end: Math.ceil(b) });
-  const predictedPeak = run.estimate?.memory?.peak_allocated_gib ?? null;
-  const thr = run.estimate?.throughput ?? null;
+  // The planner predicts the plan's GPU; a run on CPU ranks is not comparable to it, so no planner figure is drawn.
+  const onCpu = run.device === "cpu";
+  const predictedPeak = onCpu ? null : run.estimate?.memory?.peak_allocated_gib ?? null;
+  const thr = onCpu ? null : run.estimate?.throughput ?? null;
 
   const loss = useMemo(() => {
     const s = single(store, "loss");
@@ -63,13 +65,31 @@ export function RunCharts({ run, store, version, zoom, setZoom }: Props) {
 
   const memory = useMemo(() => {
     const a = aligned(store, "peak_allocated_gib");
-    const lines: Line[] = a.ranks.map((r, i) => ({ label: `rank ${r}`, values: a.values[i], color: PALETTE[i % PALETTE.length] }));
+    // Ranks with equal values (SP ranks hold equal shards) would hide each other: every rank after the first is
+    // drawn dashed and thinner over the wider solid lines, and one that overlaps an earlier rank at most steps is
+    // labelled with it ("rank 1 = rank 0 at 39/40 steps"), so both stay visible.
+    const close = (u: number | null, v: number | null) => u !== null && v !== null && Math.abs(u - v) <= 1e-3 * Math.max(Math.abs(u), Math.abs(v));
+    const lines: Line[] = a.ranks.map((r, i) => {
+      const n = a.values[i].filter((v) => v !== null).length;
+      let best = -1, bestCount = 0;
+      for (let j = 0; j < i; j++) {
+        const c = a.values[i].filter((v, k) => close(v, a.values[j][k])).length;
+        if (c > bestCount) { best = j; bestCount = c; }
+      }
+      const overlaps = best >= 0 && bestCount * 2 > n;
+      return {
+        label: overlaps ? `rank ${r} (= rank ${a.ranks[best]} at ${bestCount}/${n} steps)` : `rank ${r}`,
+        values: a.values[i], color: PALETTE[i % PALETTE.length],
+        ...(i === 0 ? { width: 3 } : { dash: [5, 5], width: 1.5 }),
+      };
+    });
+    const equalRanks = lines.filter((l) => l.label.includes("(= rank")).length;
     if (predictedPeak != null && a.x.length && showPlanner) {
       lines.push({ label: "planner peak", values: a.x.map(() => predictedPeak), color: "#111", dash: [6, 4], width: 2 });
     }
     let measured: number | null = null;
     for (const v of a.values) for (const p of v) if (p !== null && (measured === null || p > measured)) measured = p;
-    return { x: a.x, lines, n: a.values.reduce((n, v) => n + v.filter((p) => p !== null).length, 0), measured };
+    return { x: a.x, lines, n: a.values.reduce((n, v) => n + v.filter((p) => p !== null).length, 0), measured, equalRanks };
     // eslint-disable-next-line react-hooks/exhaustive-deps
   }, [store, version, predictedPeak, showPlanner]);
 
@@ -86,6 +106,7 @@ export function RunCharts({ run, store, version, zoom, setZoom }: Props) {
           <input type="checkbox" checked={showPlanner} data-testid="toggle-planner" onChange={(e) => setShowPlanner(e.target.checked)} />
           planner predictions as lines
         </label>
+        {onCpu ? <span className="muted" data-testid="planner-hidden-cpu">planner predictions hidden: this run ran on CPU ranks, the planner predicts the plan's GPU</span> : null}
         {zoom ? (
           <span>
             steps {zoom.start}–{zoom.end}{" "}
@@ -95,7 +116,7 @@ export function RunCharts({ run, store, version, zoom, setZoom }: Props) {
       </div>
       <div className="chart-grid">
         <Chart testid="loss-chart" title="loss" x={loss.x} lines={loss.lines} points={loss.n} bands={loss.bands} onZoom={onZoom} height={240} />
-        <div data-testid="memory-chart-wrap" data-predicted-gib={predictedPeak ?? ""} data-measured-gib={memory.measured ?? ""}>
+        <div data-testid="memory-chart-wrap" data-predicted-gib={predictedPeak ?? ""} data-measured-gib={memory.measured ?? ""} data-equal-ranks={memory.equalRanks}>
           <Chart testid="memory-chart" title={`peak allocated memory per rank (GiB)${memory.measured != null ? `: max ${fmtNum(memory.measured, 3)}` : ""}${predictedPeak != null ? `, planner ${fmtNum(predictedPeak, 3)}${showPlanner ? " dashed" : ""}` : ""}`}
             x={memory.x} lines={memory.lines} points={memory.n} onZoom={onZoom} height={240} />
         </div>

@@ -1,8 +1,9 @@
 import { useEffect, useRef, useState } from "react";
 import { RunActions, StateBadge } from "../../components/RunActions";
-import { gpuName, type Run } from "../../lib/api";
+import { api, gpuName, type Fix, type Plan, type Run } from "../../lib/api";
 import { fmtDuration, fmtGiB, fmtNum, fmtSeq, fmtTime } from "../../lib/format";
 import { navigate } from "../../lib/route";
+import { FixView } from "../planner/Advice";
 import { LOAD_KEY } from "../planner/form";
 import { RunCharts } from "./RunCharts";
 import { useRunData } from "./useRunData";
@@ -13,6 +14,56 @@ function modelName(run: Run): string {
   if (m.preset) return m.preset;
   const c = m.config as Record<string, unknown> | undefined;
   return c ? `custom (${c.num_hidden_layers ?? "?"}L, h${c.hidden_size ?? "?"})` : "–";
+}
+
+/** The checkpoints on disk, newest first: Retry resumes a failed or stopped run from the newest. */
+function Checkpoints({ run }: { run: Run }) {
+  const [rows, setRows] = useState<{ stage: string; step: number; bytes: number; saved_at: string }[] | null>(null);
+  useEffect(() => {
+    api.checkpoints(run.id).then(setRows).catch(() => setRows([]));
+  }, [run.id, run.state, run.last_step]);
+  if (!rows || rows.length === 0) return null;
+  return (
+    <div className="card" data-testid="run-checkpoints">
+      <h3>Checkpoints <span className="muted small">(newest first; Retry resumes from the newest)</span></h3>
+      <table className="table">
+        <thead><tr><th>stage</th><th>step</th><th>size</th><th>saved</th></tr></thead>
+        <tbody>
+          {rows.map((c) => (
+            <tr key={`${c.stage}-${c.step}`} data-testid={`checkpoint-${c.stage}-${c.step}`}>
+              <td>{c.stage}</td><td>{c.step}</td><td>{fmtGiB(c.bytes / 2 ** 30)}</td><td>{fmtTime(c.saved_at)}</td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </div>
+  );
+}
+
+/** Tags (comma-separated) and notes a person keeps on a run; saved with PATCH /api/runs/{id}. */
+function Labels({ run, onChange }: { run: Run; onChange: (r: Run) => void }) {
+  const [tags, setTags] = useState((run.tags ?? []).join(", "));
+  const [notes, setNotes] = useState(run.notes ?? "");
+  const [msg, setMsg] = useState("");
+  const save = async () => {
+    try {
+      onChange(await api.label(run.id, { tags: tags.split(",").map((t) => t.trim()).filter(Boolean), notes }));
+      setMsg("saved");
+    } catch (e) {
+      setMsg((e as Error).message);
+    }
+  };
+  return (
+    <div className="card" data-testid="run-labels">
+      <h3>Tags and notes</h3>
+      <label className="field"><span className="field-label">tags (comma-separated)</span>
+        <input data-testid="run-tags-input" value={tags} onChange={(e) => setTags(e.target.value)} placeholder="baseline, 64k" /></label>
+      <label className="field"><span className="field-label">notes</span>
+        <textarea data-testid="run-notes-input" value={notes} onChange={(e) => setNotes(e.target.value)} rows={3} /></label>
+      <button type="button" data-testid="run-labels-save" onClick={save}>Save</button>
+      {msg ? <span className="muted small" data-testid="run-labels-status"> {msg}</span> : null}
+    </div>
+  );
 }
 
 function Header({ run, live, lastPointAt, onChange }: { run: Run; live: string; lastPointAt: number | null; onChange: (r: Run) => void }) {
@@ -31,6 +82,15 @@ function Header({ run, live, lastPointAt, onChange }: { run: Run; live: string; 
           <span className="muted">#{run.id}</span> {run.name || "(unnamed)"} <StateBadge run={run} testid="run-state" />
           {run.forced ? <span className="badge bad" title="approved although the estimate did not fit" data-testid="run-forced">forced</span> : null}
         </h2>
+        {(run.alerts ?? []).length ? (
+          <ul className="alerts" data-testid="run-alerts">
+            {(run.alerts ?? []).map((a) => (
+              <li key={a.kind} className="field-error" data-testid={`run-alert-${a.kind}`}>
+                {a.message}{a.stopped ? " — the run was stopped (checkpoint saved on stop)" : ""}
+              </li>
+            ))}
+          </ul>
+        ) : null}
         <span className="actions">
           <button type="button" data-testid="open-in-planner" title="load this run's plan and run settings into the planner"
             onClick={() => { sessionStorage.setItem(LOAD_KEY, JSON.stringify(run.spec)); navigate("/planner"); }}>
@@ -41,15 +101,19 @@ function Header({ run, live, lastPointAt, onChange }: { run: Run; live: string; 
       </div>
       <div className="kv">
         <span>model <b>{modelName(run)}</b></span>
-        <span>GPU <b>{gpuName(s.hardware?.gpu)} × {(s.hardware?.gpus_per_node ?? 0) * (s.hardware?.num_nodes ?? 1)}</b></span>
+        {run.device === "cpu"
+          ? <span data-testid="run-device">ran on <b>CPU ranks × {(s.parallel?.sp_size ?? 1) * (s.parallel?.dp_size ?? 1)}</b> <span className="muted">(planned for {gpuName(s.hardware?.gpu)})</span></span>
+          : <span data-testid="run-device">GPU <b>{gpuName(s.hardware?.gpu)} × {(s.hardware?.gpus_per_node ?? 0) * (s.hardware?.num_nodes ?? 1)}</b></span>}
         <span>seq_len <b>{s.training ? fmtSeq(s.training.seq_len) : "–"}</b></span>
         <span>sp × dp <b>{s.parallel?.sp_size} × {s.parallel?.dp_size}</b></span>
         <span>ZeRO <b>{s.training?.zero_stage}</b></span>
         <span>progress <b data-testid="run-progress">{run.last_step ?? 0} / {steps ?? "?"}</b></span>
-        <span>predicted peak <b>{fmtGiB(mem?.peak_allocated_gib)}</b>
-          {mem && (!mem.fits || !mem.cpu_fits) ? <span className="badge bad" data-testid="run-does-not-fit"> does not fit</span> : null}
-        </span>
-        <span>predicted tokens/s <b>{fmtNum(run.estimate?.throughput?.tokens_per_s)}</b></span>
+        {run.device === "cpu" ? null : (<>
+          <span data-testid="run-predicted">predicted peak <b>{fmtGiB(mem?.peak_allocated_gib)}</b>
+            {mem && (!mem.fits || !mem.cpu_fits) ? <span className="badge bad" data-testid="run-does-not-fit"> does not fit</span> : null}
+          </span>
+          <span>predicted tokens/s <b>{fmtNum(run.estimate?.throughput?.tokens_per_s)}</b></span>
+        </>)}
       </div>
       <div className="kv muted">
         <span>created {fmtTime(run.created_at)}</span>
@@ -58,6 +122,14 @@ function Header({ run, live, lastPointAt, onChange }: { run: Run; live: string; 
         <span>finished {fmtTime(run.finished_at)}</span>
         <span>duration {fmtDuration(run.started_at, run.finished_at)}</span>
         <span>worker {run.worker ?? "–"} (attempt {run.attempt ?? 0})</span>
+        {run.executor === "slurm" ? (
+          <span data-testid="slurm-job">
+            Slurm job <b>{run.slurm_job_id ?? "not submitted yet"}</b>
+            {run.slurm_state ? ` ${run.slurm_state}` : ""}
+            {run.slurm_reason && run.slurm_reason !== "None" ? ` (${run.slurm_reason})` : ""}
+            {` on ${run.slurm_nodes ?? "–"}`}
+          </span>
+        ) : null}
         <span>heartbeat {fmtTime(run.heartbeat_at)}</span>
         <span data-testid="live-status" data-live={live}>
           stream {live}{lastPointAt ? `, last point ${Math.round((Date.now() - lastPointAt) / 1000)}s ago` : ""}
@@ -83,6 +155,25 @@ function LogTail({ lines }: { lines: string[] }) {
   );
 }
 
+/** The smallest change that would have fitted an OOM'd run, and a way to take it to the planner. */
+function RunFix({ run }: { run: Run }) {
+  const [fix, setFix] = useState<Fix | null>(null);
+  const [error, setError] = useState("");
+  useEffect(() => {
+    api.runFix(run.id).then(setFix).catch((e) => setError((e as Error).message));
+  }, [run.id]);
+  const open = (plan: Plan) => {
+    sessionStorage.setItem(LOAD_KEY, JSON.stringify({ ...plan, run: run.spec.run }));
+    navigate("/planner");
+  };
+  return (
+    <div className="card warn" data-testid="run-fix-card">
+      <h3>Smallest change that fits</h3>
+      {error ? <div className="field-error">{error}</div> : fix ? <FixView fix={fix} onApply={open} testid="run-fix" /> : <div className="muted">…</div>}
+    </div>
+  );
+}
+
 export function RunPage({ id }: { id: number }) {
   const { run, setRun, error, store, version, live, log, zoom, setZoom, lastPointAt } = useRunData(id);
   if (error && !run) return <div className="card error" data-testid="run-load-error">Run {id}: {error}</div>;
@@ -91,15 +182,18 @@ export function RunPage({ id }: { id: number }) {
   return (
     <div className="run-page" data-testid="run-page" data-run-id={run.id}>
       <Header run={run} live={live} lastPointAt={lastPointAt} onChange={setRun} />
+      <Labels key={run.id} run={run} onChange={setRun} />
+      <Checkpoints run={run} />
       {failed ? (
         <div className="card error" data-testid="error-panel">
           <h3>{run.state === "oom" ? "Out of memory" : run.state === "lost" ? "Worker lost (heartbeat stopped)" : "Run failed"}</h3>
           <pre className="log">{run.exit_reason || "no reason recorded"}</pre>
           {run.state === "oom" && run.estimate?.memory ? (
-            <div>The planner predicted {fmtGiB(run.estimate.memory.device_total_gib)} per GPU against {fmtGiB(run.estimate.memory.gpu_capacity_gib)}. Try a larger sp_size, tiled MLP / logits, or offload in the planner.</div>
+            <div>The planner predicted {fmtGiB(run.estimate.memory.device_total_gib)} per GPU against {fmtGiB(run.estimate.memory.gpu_capacity_gib)}.</div>
           ) : null}
         </div>
       ) : null}
+      {run.state === "oom" ? <RunFix run={run} /> : null}
       {run.attempts && run.attempts.length > 1 ? (
         <div className="card" data-testid="attempts">
           <h3>Attempts</h3>

@@ -1,0 +1,179 @@
+import { useEffect, useState } from "react";
+import { api, type Fix, type Plan, type Recommend, type Recommendation, type SpMethods } from "../../lib/api";
+import { fmtGiB, fmtNum, fmtSeq } from "../../lib/format";
+
+type Training = NonNullable<Plan["training"]>;
+const SAVERS: [keyof Training, string][] = [
+  ["liger_kernel", "Liger"], ["tiled_logits_loss", "tiled loss"], ["activation_checkpointing", "checkpointing"],
+  ["checkpoint_offload", "ckpt offload"], ["tiled_mlp", "tiled MLP"], ["offload_optimizer", "offload optimizer"],
+  ["offload_params", "offload params"],
+];
+
+/** One line saying what a plan is: sp x dp, ZeRO, attention, micro batch and the savers it turns on. */
+export function planSummary(p: Plan): string {
+  const t = p.training;
+  const on = SAVERS.filter(([k]) => t[k]).map(([, l]) => l);
+  return `sp ${p.parallel?.sp_size} × dp ${p.parallel?.dp_size}, ZeRO-${t.zero_stage}, ${t.attn_implementation}` +
+    `${(t.micro_batch_size ?? 1) > 1 ? `, micro batch ${t.micro_batch_size}` : ""}${on.length ? `, ${on.join(", ")}` : ""}`;
+}
+
+/** What Recommend searches from: the model, the hardware and the length; every other field is the search's. */
+function searchFrom(plan: Plan): Plan {
+  return { model: plan.model, hardware: plan.hardware, training: { seq_len: plan.training.seq_len } };
+}
+
+/** The Recommend panel: the configurations that fit this model on these GPUs, ranked, each with "use this". */
+export function RecommendPanel({ plan, onUse }: { plan: Plan | null; onUse: (p: Plan) => void }) {
+  const [longest, setLongest] = useState(false);
+  const [answer, setAnswer] = useState<Recommend | null>(null);
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState("");
+  const run = async () => {
+    if (!plan) return;
+    setBusy(true);
+    setError("");
+    try {
+      setAnswer(await api.recommend(searchFrom(plan), longest));
+    } catch (e) {
+      setError((e as Error).message);
+    }
+    setBusy(false);
+  };
+  return (
+    <div className="card" data-testid="recommend-panel">
+      <div className="row-between">
+        <h3>Recommend</h3>
+        <span className="buttons">
+          <label className="switch"><input type="checkbox" data-testid="recommend-longest" checked={longest}
+            onChange={(e) => setLongest(e.target.checked)} />longest seq_len</label>
+          <button type="button" data-testid="recommend-run" disabled={!plan || busy} onClick={run}>
+            {busy ? "searching…" : "Recommend"}
+          </button>
+        </span>
+      </div>
+      <div className="muted">Searches sp, dp, ZeRO stage, offload, checkpointing, tiling, Liger, attention and micro batch
+        for this model and these GPUs at {plan ? fmtSeq(plan.training.seq_len) : "–"} tokens{longest ? " (or longer)" : ""}.</div>
+      {error ? <div className="field-error">{error}</div> : null}
+      {answer ? (
+        <div data-testid="recommendations">
+          {answer.errors?.length ? <div className="field-error">{answer.errors.map((e) => `${e.field}: ${e.message}`).join("; ")}</div> : null}
+          {!answer.recommendations.length && !answer.errors?.length ? <div className="field-error" data-testid="recommend-none">Nothing fits.</div> : null}
+          <ol className="recs">
+            {answer.recommendations.map((r, i) => <RecCard key={i} rec={r} i={i} onUse={onUse} />)}
+          </ol>
+          {answer.rejected.length ? (
+            <details data-testid="recommend-rejected">
+              <summary>Nearest rejected ({answer.rejected.length})</summary>
+              <ul>
+                {answer.rejected.map((r, i) => (
+                  <li key={i}><span className="mono">{planSummary(r.plan as Plan)}</span>: {r.why}</li>
+                ))}
+              </ul>
+            </details>
+          ) : null}
+        </div>
+      ) : null}
+    </div>
+  );
+}
+
+function RecCard({ rec, i, onUse }: { rec: Recommendation; i: number; onUse: (p: Plan) => void }) {
+  const p = rec.plan as Plan;
+  const m = rec.estimate.memory;
+  const t = rec.estimate.throughput;
+  return (
+    <li className="rec" data-testid={`recommendation-${i}`}>
+      <div className="row-between">
+        <b>{planSummary(p)}</b>
+        <button type="button" data-testid={`use-recommendation-${i}`} onClick={() => onUse(p)}>use this</button>
+      </div>
+      <div className="kv">
+        <span>seq_len <b>{fmtSeq(p.training.seq_len)}</b></span>
+        <span>tokens/s <b data-testid={`rec-tps-${i}`}>{fmtNum(t?.tokens_per_s)}</b></span>
+        <span>per GPU <b>{fmtGiB(m?.device_total_gib)}</b> of {fmtGiB(m?.gpu_capacity_gib)}</span>
+      </div>
+      <ul className="reasons">{rec.reasons.map((r, j) => <li key={j}>{r}</li>)}</ul>
+    </li>
+  );
+}
+
+/** The fewest, cheapest changes that make a plan fit; `load` applies them to the form. */
+export function FixView({ fix, onApply, testid }: { fix: Fix; onApply?: (p: Plan) => void; testid: string }) {
+  if (!fix.changes.length) {
+    return <div className="muted" data-testid={`${testid}-none`}>{fix.cost}</div>;
+  }
+  return (
+    <div data-testid={testid}>
+      <table className="table">
+        <thead><tr><th>field</th><th>from</th><th>to</th><th>time cost alone</th></tr></thead>
+        <tbody>
+          {fix.changes.map((c, i) => (
+            <tr key={i} data-testid={`${testid}-change-${i}`}>
+              <td className="mono">{c.field}</td><td>{String(c.from)}</td><td><b>{String(c.to)}</b></td>
+              <td>{c.cost_pct == null ? "–" : `${c.cost_pct > 0 ? "+" : ""}${c.cost_pct}%`}</td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+      <div data-testid={`${testid}-cost`}>{fix.cost}</div>
+      {onApply && fix.plan ? (
+        <button type="button" data-testid={`${testid}-apply`} onClick={() => onApply(fix.plan as Plan)}>apply these changes</button>
+      ) : null}
+    </div>
+  );
+}
+
+/** Beside an estimate that does not fit: the minimal fix. */
+export function FixPanel({ plan, planKey, onApply }: { plan: Plan; planKey: string; onApply: (p: Plan) => void }) {
+  const [fix, setFix] = useState<Fix | null>(null);
+  useEffect(() => {
+    const ctl = new AbortController();
+    setFix(null);
+    api.fix(plan, ctl.signal).then(setFix).catch(() => undefined);
+    return () => ctl.abort();
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [planKey]);
+  return (
+    <div className="card warn" data-testid="fix-panel">
+      <h3>Make it fit</h3>
+      {fix ? <FixView fix={fix} onApply={onApply} testid="fix" /> : <div className="muted">finding the smallest change…</div>}
+    </div>
+  );
+}
+
+/** Ulysses vs ring attention vs a hybrid for the current plan (an estimate). */
+export function SpMethodsPanel({ plan }: { plan: Plan | null }) {
+  const [ans, setAns] = useState<SpMethods | null>(null);
+  return (
+    <div className="card" data-testid="sp-methods">
+      <div className="row-between">
+        <h3>Ulysses or ring attention?</h3>
+        <button type="button" data-testid="sp-methods-run" disabled={!plan} onClick={() => plan && api.spMethods(plan).then(setAns).catch(() => undefined)}>
+          Compare
+        </button>
+      </div>
+      {ans ? (
+        <div>
+          <div className="badge" data-testid="sp-methods-label">{ans.label}</div>
+          <table className="table">
+            <thead><tr><th>method</th><th>Ulysses × ring</th><th>per GPU</th><th>comm / step</th><th>step</th><th>tokens/s</th></tr></thead>
+            <tbody>
+              {ans.options.map((o) => (
+                <tr key={o.method} className={o.method === ans.choice ? "chosen" : ""}>
+                  <td>{o.method}</td><td>{o.ulysses_degree} × {o.ring_degree}</td>
+                  {o.valid ? (
+                    <>
+                      <td>{fmtGiB(o.device_total_gib)}{o.fits ? "" : " (does not fit)"}</td>
+                      <td>{fmtNum(o.comm_gb_per_step)} GB</td><td>{o.step_time_s?.toPrecision(4)} s</td><td>{fmtNum(o.tokens_per_s)}</td>
+                    </>
+                  ) : <td colSpan={4} className="muted">{o.why_not}</td>}
+                </tr>
+              ))}
+            </tbody>
+          </table>
+          <div>{ans.why}</div>
+        </div>
+      ) : null}
+    </div>
+  );
+}
