@@ -26,7 +26,8 @@ def redis_url():
 def stack(tmp_path_factory, pg_url, redis_url):
     """The API and a real Celery worker on PostgreSQL and Redis; the worker trains on CPU ranks.
     Browser pages opened with tests.e2e.browser.chromium_page() are signed in with its admin token."""
-    s = Stack(tmp_path_factory.mktemp("stack"), pg_url, redis_url).start()
+    home = tmp_path_factory.mktemp("stack")
+    s = Stack(home, pg_url, redis_url, ULAB_CALIBRATION_DIR=str(home / "results")).start()
     browser.sign_in_by_default(s.url, s.admin_token)
     yield s
     s.stop()

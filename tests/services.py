@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -13,18 +12,14 @@ from pathlib import Path
 
 import httpx
 
+from worker.trainer.net import free_port
+
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
 BIN = Path(sys.executable).parent
 ULAB = BIN / "ulab"
 PG_ADMIN_URL = os.environ.get("ULAB_TEST_PG_ADMIN", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("ULAB_TEST_REDIS", "redis://127.0.0.1:6379")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+REDIS_LOCK_KEY = b"ulab-test-lock"
 
 
 @contextmanager
@@ -44,17 +39,39 @@ def postgres_database():
 
 
 @contextmanager
-def redis_database(db: int = 11):
-    """A Redis logical database, emptied before and after."""
+def redis_database(first: int = 1):
+    """A Redis logical database of its own (1-15, trying `first` first), emptied before and after. A lock key
+    claims it, so test sessions running at the same time (two checkouts on one machine) never share a queue."""
     import redis
 
-    client = redis.Redis.from_url(f"{REDIS_URL}/{db}")
-    client.flushdb()
+    token = uuid.uuid4().hex
+    for db in [*range(first, 16), *range(1, first)]:
+        client = redis.Redis.from_url(f"{REDIS_URL}/{db}")
+        if client.set(REDIS_LOCK_KEY, token, nx=True, ex=3600):
+            if not any(client.scan_iter(match="_kombu.binding.*")):
+                break
+            # a session whose lock was flushed away still has its queues here: leave our lock to guard it
+        client.close()
+    else:
+        raise RuntimeError("every Redis database 1-15 is locked by another test session")
+    forget_messages(f"{REDIS_URL}/{db}")
     try:
         yield f"{REDIS_URL}/{db}"
     finally:
         client.flushdb()
         client.close()
+
+
+def forget_messages(url: str) -> None:
+    """Empty a test's Redis database but keep its lock key (a FLUSHDB would drop it, and another test session
+    would then take the database while this one still uses it: two workers on one queue)."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    for key in client.scan_iter():
+        if key != REDIS_LOCK_KEY:
+            client.delete(key)
+    client.close()
 
 
 def wait_http(url: str, timeout_s: float, proc: subprocess.Popen | None = None, log: Path | None = None) -> None:
@@ -79,7 +96,7 @@ class Service:
         self.log = log_dir / f"{name}.log"
         self.proc: subprocess.Popen | None = None
 
-    def start(self) -> "Service":
+    def start(self) -> Service:
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=out, stderr=subprocess.STDOUT,
                                          start_new_session=True, cwd=REPO)
@@ -120,7 +137,7 @@ class Stack:
         self.worker = Service("worker", [str(ULAB), "worker", "--gpu-type", "H100-80GB", "--loglevel", "info"],
                               self.env, home) if worker else None
 
-    def start(self) -> "Stack":
+    def start(self) -> Stack:
         self.api.start()
         wait_http(f"{self.url}/api/health", 60, self.api.proc, self.api.log)
         self.admin_token = self.cli("token", "create", "--role", "admin", "--name", "tests").strip()

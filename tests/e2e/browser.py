@@ -30,11 +30,13 @@ def sign_in_by_default(base_url: str, token: str) -> None:
 
 
 @contextmanager
-def chromium_page(width: int = 1280, height: int = 800, signed_in: bool = True):
+def chromium_page(width: int = 1280, height: int = 800, signed_in: bool = True, enforce_csp: bool = False):
+    """A page in a fresh context. The dashboard's CSP forbids eval, which Playwright's string predicates use, so
+    tests bypass it unless `enforce_csp` (tests/e2e/test_dashboard_headers.py checks the pages under it)."""
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
         try:
-            context = browser.new_context(viewport={"width": width, "height": height})
+            context = browser.new_context(viewport={"width": width, "height": height}, bypass_csp=not enforce_csp)
             if signed_in and _default_sign_in:
                 url, token = _default_sign_in
                 context.add_cookies([{"name": COOKIE, "value": token, "url": url, "httpOnly": True,

@@ -31,7 +31,8 @@ def test_compare_two_runs(api_server, api, trained_run, corpus):
         page.click("[data-testid=compare-selected]")
         page.wait_for_url(f"**#/compare?ids={trained_run['id']},{other['id']}", timeout=10_000)
 
-        page.wait_for_function("n => Number(document.querySelector('[data-testid=compare-chart]')?.dataset.points) === n",
+        page.wait_for_function("n => Number(document.querySelector('[data-testid=compare-chart]')"
+                               "?.dataset.points) === n",
                                arg=n_trained + 8, timeout=20_000)
         row = page.locator("[data-testid='diff-parallel.sp_size'] td")
         row.first.wait_for(timeout=10_000)
@@ -43,5 +44,6 @@ def test_compare_two_runs(api_server, api, trained_run, corpus):
         page.select_option("[data-testid=compare-metric]", "grad_norm")
         n_grad = len(api.get(f"/api/runs/{trained_run['id']}/metrics",
                                params={"name": "grad_norm"}).json()["series"][0]["step"])
-        page.wait_for_function("n => Number(document.querySelector('[data-testid=compare-chart]').dataset.points) === n",
+        page.wait_for_function("n => Number(document.querySelector('[data-testid=compare-chart]')"
+                               ".dataset.points) === n",
                                arg=n_grad, timeout=20_000)

@@ -75,7 +75,14 @@ def test_submit_approve_and_watch_the_loss_chart_grow(api_server, api, corpus):
         page.wait_for_function("n => Number(document.querySelector('[data-testid=loss-chart]').dataset.points) === n",
                                arg=n, timeout=20_000)
         assert _points(page, "memory-chart") >= n  # one line per rank
-        assert page.get_attribute("[data-testid=memory-chart-wrap]", "data-predicted-gib") != ""
+        # a CPU run is labelled as CPU ranks, and the plan's H100 predictions are not drawn (issue 18)
+        assert "CPU ranks × 2" in page.inner_text("[data-testid=run-device]")
+        assert page.get_attribute("[data-testid=memory-chart-wrap]", "data-predicted-gib") == ""
+        assert page.locator("[data-testid=planner-hidden-cpu]").is_visible()
+        assert page.locator("[data-testid=run-predicted]").count() == 0
+        # SP ranks hold equal shards: rank 1's memory line equals rank 0's and is drawn dashed over it, labelled
+        assert page.get_attribute("[data-testid=memory-chart-wrap]", "data-equal-ranks") == "1"
+        assert "rank 1 (= rank 0 at" in page.inner_text("[data-testid=memory-chart-wrap]")
         screenshot(page, "dashboard-run-succeeded")
 
 
@@ -91,6 +98,7 @@ def test_cancel_a_running_run_from_its_page(api_server, api, corpus):
             timeout=240_000)
         assert _state(page) == "running", api.get(f"/api/runs/{run['id']}").json()
         page.click(f"[data-testid=cancel-{run['id']}]")
+        page.click(f"[data-testid=confirm-cancel-{run['id']}]")
         page.wait_for_function("document.querySelector('[data-testid=run-state]').dataset.state === 'cancelled'",
                                timeout=60_000)
         screenshot(page, "dashboard-run-cancelled")
@@ -102,6 +110,7 @@ def test_cancel_a_running_run_from_its_page(api_server, api, corpus):
                                "document.querySelector('[data-testid=run-state]').dataset.state)", timeout=20_000)
         assert api.get(f"/api/runs/{run['id']}").json()["attempt"] == 2
         page.click(f"[data-testid=cancel-{run['id']}]")
+        page.click(f"[data-testid=confirm-cancel-{run['id']}]")
         page.wait_for_function("document.querySelector('[data-testid=run-state]').dataset.state === 'cancelled'",
                                timeout=60_000)
 
@@ -128,6 +137,7 @@ def test_runs_table_cancel_filter_and_widths(api_server, api, corpus):
         row.wait_for(timeout=10_000)
 
         page.click(f"[data-testid=cancel-{rid}]")
+        page.click(f"[data-testid=confirm-cancel-{rid}]")
         page.wait_for_function(
             f"() => document.querySelector('[data-testid=run-row-{rid}]')?.dataset.state === 'cancelled'",
             timeout=20_000)
@@ -147,7 +157,7 @@ def test_runs_table_cancel_filter_and_widths(api_server, api, corpus):
 def test_approving_a_run_that_does_not_fit_asks_for_force(api_server, api, corpus):
     plan = tiny_plan(sp_size=2)
     # A made-up GPU with 10 MiB: the planner says the tiny model does not fit, so approval needs force.
-    plan["hardware"]["gpu"] = {"name": "tiny-gpu", "memory_gib": 0.01, "hbm_tb_per_s": 1, "bf16_dense_tflops": 10,
+    plan["hardware"]["gpu"] = {"name": "tiny-gpu", "memory_gib": 0.1, "hbm_tb_per_s": 1, "bf16_dense_tflops": 10,
                                "nvlink_gb_per_s_per_direction": 10, "typical_internode_gb_per_s": 1}
     run = submit(api, plan, {"steps": 5, "data": {"path": str(corpus)}}, name="ui-does-not-fit", approve=False)
     rid = run["id"]
@@ -158,9 +168,16 @@ def test_approving_a_run_that_does_not_fit_asks_for_force(api_server, api, corpu
         error = page.locator(f"[data-testid=action-error-{rid}]")
         error.wait_for(timeout=10_000)
         assert "GiB" in error.inner_text()
+        # person-facing: it says what the button does, not an API parameter
+        assert "Approve anyway" in error.inner_text() and "force=true" not in error.inner_text()
         assert page.locator(f"[data-testid=approve-force-{rid}]").is_visible()
         assert page.get_attribute("[data-testid=run-state]", "data-state") == "pending_approval"
         screenshot(page, "dashboard-run-needs-force")
+        page.click(f"[data-testid=cancel-{rid}]")  # cancel asks first; "Keep it" changes nothing
+        page.locator(f"[data-testid=cancel-confirm-{rid}]").wait_for(timeout=5_000)
+        page.click(f"[data-testid=keep-{rid}]")
+        assert api.get(f"/api/runs/{rid}").json()["state"] == "pending_approval"
         page.click(f"[data-testid=cancel-{rid}]")
+        page.click(f"[data-testid=confirm-cancel-{rid}]")
         page.wait_for_function("document.querySelector('[data-testid=run-state]').dataset.state === 'cancelled'",
                                timeout=20_000)

@@ -25,8 +25,10 @@ def test_run_page_shows_the_loss_curve_of_a_trained_run(stack, api, trained_run)
         assert api.get(f"/api/runs/{trained_run['id']}/metrics", params={"name": "mfu"}).json()["series"] == []
         assert "not reported" in page.locator("[data-testid=mfu-chart-empty]").inner_text()
         assert page.locator("[data-testid=grad-norm-chart-empty]").count() == 0
-        # the plan says H100-80GB, the ranks ran on this CPU: the predicted tokens/s is stated, not drawn over them
-        assert "not drawn" in page.locator("[data-testid=tokens-chart] .chart-title").inner_text()
+        # the plan says H100-80GB, the ranks ran on this CPU: the run says so and draws no H100 prediction over them
+        assert "CPU ranks" in page.locator("[data-testid=run-device]").inner_text()
+        assert "ran on CPU ranks" in page.locator("[data-testid=planner-hidden-cpu]").inner_text()
+        assert "dashed" not in page.locator("[data-testid=tokens-chart] .chart-title").inner_text()
         screenshot(page, "run-page")
 
 

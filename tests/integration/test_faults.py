@@ -8,20 +8,22 @@ import time
 from pathlib import Path
 
 import pytest
-import redis
 
-from tests.services import REPO, Stack, postgres_database, redis_database, wait_http
+from tests.services import REPO, Stack, forget_messages, postgres_database, redis_database, wait_http
 from tests.tiny import submit, tiny_plan, wait_for
+from worker.trainer.attempt import metrics_files
 
 pytestmark = pytest.mark.slow
 LOST_AFTER_S = 8
+RESEND_AFTER_S = 3
 
 
 @pytest.fixture(scope="module")
 def faults(tmp_path_factory):
     """A stack of its own (database, Redis db, API, worker) that these tests may break."""
-    with postgres_database() as pg, redis_database(13) as broker:
-        s = Stack(tmp_path_factory.mktemp("faults"), pg, broker, ULAB_LOST_AFTER_S=str(LOST_AFTER_S)).start()
+    with postgres_database() as pg, redis_database() as broker:
+        s = Stack(tmp_path_factory.mktemp("faults"), pg, broker, ULAB_LOST_AFTER_S=str(LOST_AFTER_S),
+                  ULAB_RESEND_AFTER_S=str(RESEND_AFTER_S)).start()
         s.broker = broker
         s.api_client = s.client()
         yield s
@@ -41,7 +43,7 @@ def attempt_starts(run_dir: str) -> int:
 
 def send_task(stack: Stack, run_id: int) -> None:
     """Put one more "execute run N" message on the broker, as a redelivery would."""
-    subprocess.run([sys.executable, "-c", f"from worker.celery_app import send_execute_run; "
+    subprocess.run([sys.executable, "-c", f"from backend.core.queue import send_execute_run; "
                     f"send_execute_run({run_id}, 'H100-80GB')"], env=stack.env, cwd=REPO, check=True, timeout=60)
 
 
@@ -57,7 +59,7 @@ def test_flushed_broker_and_duplicate_messages_still_run_each_run_once(faults, c
     faults.worker.stop()
     runs = [submit(api, tiny_plan(), {"steps": 4, "data": {"path": str(corpus)}}, name=f"queued-{i}") for i in range(2)]
     assert all(r["state"] == "queued" for r in runs)
-    redis.Redis.from_url(faults.broker).flushdb()  # the broker forgets every queued message
+    forget_messages(faults.broker)  # the broker forgets every queued message
     faults.api.stop()
     faults.api.start()  # on start-up the API re-sends what the database says is queued
     wait_http(f"{faults.url}/api/health", 60, faults.api.proc, faults.api.log)
@@ -73,6 +75,27 @@ def test_flushed_broker_and_duplicate_messages_still_run_each_run_once(faults, c
     time.sleep(2)  # let the worker take the duplicate messages
     log = faults.worker.log.read_text()
     assert log.count(f"run {runs[0]['id']} is not queued") >= 2
+
+
+def test_flushed_broker_queued_run_starts_without_an_api_restart(faults, corpus):
+    """The API's supervision loop re-sends a run that stayed queued past ULAB_RESEND_AFTER_S; the re-sends that
+    pile up while no worker listens start it once (the claim in the database)."""
+    api = faults.api_client
+    faults.worker.stop()
+    api_pid = faults.api.proc.pid
+    run = submit(api, tiny_plan(), {"steps": 4, "data": {"path": str(corpus)}}, name="flushed-no-restart")
+    forget_messages(faults.broker)  # the message is gone; the API keeps running
+    time.sleep(RESEND_AFTER_S * 3)  # several re-sends while no worker listens: duplicates on the queue
+    assert api.get(f"/api/runs/{run['id']}").json()["state"] == "queued"
+    faults.worker.start()
+    faults.wait_worker_ready()
+    done = wait_for(api, run["id"], {"succeeded"}, timeout_s=240)
+    assert faults.api.proc.pid == api_pid and faults.api.proc.poll() is None, "the API was restarted"
+    assert done["attempt"] == 1 and len(done["attempts"]) == 1
+    assert attempt_starts(f"{faults.home}/runs/run-{run['id']}") == 1, "the trainer started more than once"
+    assert steps_of(api, run["id"]) == [1, 2, 3, 4]
+    assert f"re-sent queued runs no worker claimed within ULAB_RESEND_AFTER_S: [{run['id']}]" in \
+        faults.api.log.read_text()
 
 
 def last_step_written(metrics_file: Path) -> int:
@@ -132,7 +155,8 @@ def test_killed_worker_run_is_lost_then_resumed_from_its_checkpoint(faults, corp
     assert [a["state"] for a in done["attempts"]] == ["lost", "succeeded"]
     assert done["attempts"][0]["last_step"] < steps, "attempt 1 finished before its worker was killed"
     assert steps_of(api, run["id"]) == list(range(1, steps + 1))  # no gap, no duplicate
-    lines = [json.loads(x) for x in open(f"{faults.home}/runs/run-{run['id']}/metrics.jsonl") if x.strip()]
+    files = metrics_files(Path(faults.home) / "runs" / f"run-{run['id']}")  # one per attempt
+    lines = [json.loads(x) for f in files for x in f.read_text().splitlines() if x.strip()]
     # attempt 2 continued from a checkpoint: step 1 was trained once, and at most the steps since the last
     # checkpoint (every 5; on SIGTERM one more) were trained twice
     assert sum(x["step"] == 1 for x in lines) == 1, "attempt 2 started from scratch instead of the checkpoint"

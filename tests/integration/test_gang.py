@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from tests.services import Service, Stack, postgres_database, redis_database, ULAB
+from tests.services import ULAB, Service, Stack, postgres_database, redis_database
 from tests.tiny import submit, tiny_plan, wait_for
 
 pytestmark = pytest.mark.slow
@@ -19,7 +19,7 @@ def wait_ready(service: Service, timeout_s: float = 60) -> None:
 
 
 def test_two_node_run_is_a_gang_of_node_tasks(tmp_path, corpus):
-    with postgres_database() as pg, redis_database(10) as broker:
+    with postgres_database() as pg, redis_database() as broker:
         s = Stack(tmp_path / "gang", pg, broker, ULAB_NODE_ADDRESS="127.0.0.1")
         s.worker.cmd += ["--gpus", "1"]
         second = Service("worker2", [str(ULAB), "worker", "--gpu-type", "H100-80GB", "--gpus", "1"], s.env, s.home)

@@ -31,6 +31,36 @@ def test_run_trains_on_redis_and_postgres(api, trained_run):
     assert log, "the trainer's output is readable through the API"
 
 
+def test_the_worker_claims_with_its_kept_token_and_another_worker_token_may_not_write(stack, api, trained_run,
+                                                                                     pg_url):
+    """The worker ships with the token kept in ULAB_HOME/worker-token (reused by its next start) and records it
+    when it claims: another worker token is refused the run's metrics, the claiming one is not."""
+    import sqlalchemy as sa
+
+    kept = (stack.home / "worker-token").read_text().strip()
+    me = httpx.get(f"{stack.url}/api/session", headers={"Authorization": f"Bearer {kept}"}, timeout=30).json()
+    assert me["role"] == "worker"
+    engine = sa.create_engine(pg_url)
+    try:
+        with engine.connect() as c:
+            claimed = c.execute(sa.text("SELECT claimed_token_id FROM runs WHERE id = :i"),
+                                {"i": trained_run["id"]}).scalar_one()
+            # the run ended a while ago (its metrics close a minute after the end): open it again for the check
+            c.execute(sa.text("UPDATE runs SET finished_at = now() WHERE id = :i"), {"i": trained_run["id"]})
+            c.commit()
+    finally:
+        engine.dispose()
+    assert claimed == me["token_id"]
+    point = {"points": [{"step": 1, "rank": 0, "name": "scope_probe", "value": 1.0}]}  # not a series others read
+    other = stack.token("worker")
+    r = httpx.post(f"{stack.url}/api/runs/{trained_run['id']}/metrics", json=point,
+                   headers={"Authorization": f"Bearer {other}"}, timeout=30)
+    assert r.status_code == 403, r.text
+    r = httpx.post(f"{stack.url}/api/runs/{trained_run['id']}/metrics", json=point,
+                   headers={"Authorization": f"Bearer {kept}"}, timeout=30)
+    assert r.status_code < 300, r.text
+
+
 def trainer_pids(run_dir: str) -> list[int]:
     """Processes whose command line names this run's directory (torchrun and its ranks)."""
     pids = []

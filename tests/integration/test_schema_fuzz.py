@@ -1,5 +1,7 @@
 """schemathesis against the live API's OpenAPI schema (PostgreSQL, no worker): every endpoint, >= 500
 generated cases with a fixed seed (derandomized Hypothesis), and not one 5xx."""
+import json
+
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
@@ -13,7 +15,7 @@ MIN_CASES = 500
 
 @pytest.fixture(scope="module")
 def fuzz_stack(tmp_path_factory):
-    with postgres_database() as pg, redis_database(14) as broker:
+    with postgres_database() as pg, redis_database() as broker:
         s = Stack(tmp_path_factory.mktemp("fuzz"), pg, broker, worker=False).start()
         with s.client() as admin:  # something to find: a plan and a run
             from tests.tiny import tiny_plan
@@ -57,3 +59,59 @@ def test_no_server_error_on_any_endpoint(fuzz_stack):
     assert not errors, "\n".join(errors[:20])
     assert len(ops) >= 18 and len({op for op, _ in sent}) == len(ops)
     assert len(sent) >= MIN_CASES, f"only {len(sent)} cases"
+
+
+def hostile_bodies() -> dict[str, bytes]:
+    """Bodies that once gave 500s (issue 16): a lone surrogate, infinite and huge numbers, deep nesting, invalid
+    UTF-8, a body past the size limit; each inside a valid plan and as the whole body."""
+    from tests.tiny import tiny_plan
+
+    plan = json.dumps(tiny_plan())
+
+    def in_config(extra: str) -> bytes:
+        return plan.replace('"vocab_size": 512', f'"vocab_size": 512, {extra}').encode()
+
+    deep = {n: '{"a": ' * n + "1" + "}" * n for n in (40, 500, 900, 3000)}
+    cases = {
+        "surrogate-value": in_config('"note": "\\ud800"'), "surrogate-key": in_config('"\\udfff": 1'),
+        "surrogate-name": plan.replace("{", '{"name": "\\ud800", ', 1).encode(),
+        "inf": in_config('"rope_theta": 1e999'), "nan": in_config('"rope_theta": NaN'),
+        "inf-size": plan.replace('"hidden_size": 64', '"hidden_size": 1e999').encode(),
+        "huge-size": plan.replace('"hidden_size": 64', '"hidden_size": 1' + "0" * 400).encode(),
+        "gpu-1e308": plan.replace('"H100-80GB"', json.dumps({k: 1e308 for k in (
+            "memory_gib", "hbm_tb_per_s", "bf16_dense_tflops", "nvlink_gb_per_s_per_direction",
+            "typical_internode_gb_per_s")})).encode(),
+        "invalid-utf8": in_config('"note": "\xff"').replace(b"\xc3\xbf", b"\xff"),
+        "too-large": in_config('"pad": "' + "a" * (2 * 1024 * 1024) + '"'),
+    }
+    for n, text in deep.items():
+        cases[f"deep{n}"] = in_config(f'"deep": {text}')
+        cases[f"deep{n}-whole"] = text.encode()
+    cases["surrogate-whole"] = b'"\\ud800"'
+    cases["inf-whole"] = b"1e999"
+    return cases
+
+
+def test_hostile_bodies_get_no_server_error_on_any_endpoint(fuzz_stack):
+    """Every operation that takes a body, with each hostile body: 0 x 5xx, and the lists answer 200 afterwards."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {fuzz_stack.admin_token}", "content-type": "application/json"}
+    ops = [op for op in operations(fuzz_stack.url) if op.method.upper() in ("POST", "PUT", "PATCH")]
+    sent, errors = 0, []
+    with httpx.Client(base_url=fuzz_stack.url, headers=headers, timeout=60) as client:
+        for op in ops:
+            path = op.path.replace("{run_id}", "1").replace("{plan_id}", "1").replace("{token_id}", "1")
+            for name, body in hostile_bodies().items():
+                sent += 1
+                try:
+                    r = client.request(op.method.upper(), path, content=body)
+                except httpx.TransportError as e:  # the server dropped the connection: a server error too
+                    errors.append(f"{op.method.upper()} {path} [{name}] -> {e!r}")
+                    continue
+                if r.status_code >= 500:
+                    errors.append(f"{op.method.upper()} {path} [{name}] -> {r.status_code}: {r.text[:200]}")
+        for path in ("/api/plans", "/api/runs", "/api/runs/1", "/api/plans/1", "/api/tokens"):
+            assert client.get(path).status_code == 200, path
+    print(f"hostile bodies: {sent} requests over {len(ops)} operations, {len(errors)} server errors")
+    assert not errors, "\n".join(errors[:20])

@@ -6,8 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from worker.trainer.attempt import read_metrics
+
 ULAB = Path(sys.executable).parent / "ulab"
-SHARED = Path(__file__).resolve().parents[3] / "shared"
+CONTRACT = Path(__file__).resolve().parents[1] / "contract"
 
 TINY_LLAMA = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
               "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 512, "max_position_embeddings": 2048}
@@ -50,8 +52,8 @@ def train(plan: Path, run_dir: Path, *, resume: bool = False, timeout: float = 2
 
 
 def metrics(run_dir: Path) -> list[dict]:
-    p = Path(run_dir) / "metrics.jsonl"
-    return [json.loads(l) for l in p.read_text().splitlines() if l.strip()] if p.exists() else []
+    """The run's step records over all its attempts (a resume writes a file of its own)."""
+    return read_metrics(run_dir)
 
 
 def check_ok(proc: subprocess.CompletedProcess) -> None:

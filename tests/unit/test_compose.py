@@ -1,4 +1,6 @@
 """docker-compose.yml is checked against the code: every ULAB_ variable is a setting, every command exists."""
+import re
+import tomllib
 from pathlib import Path
 
 import click
@@ -6,8 +8,8 @@ import typer
 import yaml
 
 from backend.cli import app
+from backend.core.queue import queue_for
 from backend.core.settings import Settings
-from worker.celery_app import queue_for
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((REPO / "docker-compose.yml").read_text())
@@ -31,18 +33,41 @@ def test_services_are_the_design_set():
     assert set(SERVICES) == {"api", "worker", "redis", "postgres", "flower"}
 
 
+def defaults(value: str) -> str:
+    """A compose value with `${VAR:-default}` resolved to its default (what runs when VAR is unset)."""
+    return re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", str(value))
+
+
+def published(service: str, port: int) -> bool:
+    return any(defaults(p).endswith(f":{port}:{port}") for p in SERVICES[service].get("ports", []))
+
+
 def test_ulab_variables_are_settings_and_parse():
     fields = {f"ULAB_{name.upper()}" for name in Settings.model_fields}
     for name in ("api", "worker"):
         env = SERVICES[name]["environment"]
-        ulab_vars = {k: v for k, v in env.items() if k.startswith("ULAB_")}
+        ulab_vars = {k: defaults(v) for k, v in env.items() if k.startswith("ULAB_")}
         assert {"ULAB_DATABASE_URL", "ULAB_BROKER_URL"} <= set(ulab_vars), name
         assert set(ulab_vars) <= fields, f"{name}: unknown settings {set(ulab_vars) - fields}"
         settings = Settings(**{k.removeprefix("ULAB_").lower(): v for k, v in ulab_vars.items()})
         assert settings.resolved_database_url.startswith("postgresql+psycopg://")
         host = settings.resolved_database_url.split("@")[1].split(":")[0]
-        assert host in SERVICES, f"database host {host} is not a service"
-        assert settings.resolved_broker_url.startswith("redis://redis:")
+        if SERVICES[name].get("network_mode") == "host":  # reaches the services through their published ports
+            assert host == "127.0.0.1" and published("postgres", 5432) and published("redis", 6379), name
+            assert settings.resolved_broker_url == "redis://127.0.0.1:6379/0"
+        else:
+            assert host in SERVICES, f"database host {host} is not a service"
+            assert settings.resolved_broker_url.startswith("redis://redis:")
+
+
+def test_worker_has_the_hosts_network_and_nccl_settings():
+    w = SERVICES["worker"]
+    assert w["network_mode"] == "host" and "ports" not in w
+    env = {k: defaults(v) for k, v in w["environment"].items()}
+    assert env["NCCL_SOCKET_IFNAME"] == "^lo,docker" and "NCCL_IB_HCA" in env and "IPC_LOCK" in w["cap_add"]
+    assert {"ULAB_NODE_ADDRESS", "ULAB_NODE_INTERFACE"} <= set(env)
+    # one run directory for the API and the worker (and, multi-node, every node: RUNS_DIR on a shared mount)
+    assert SERVICES["api"]["volumes"] == w["volumes"] == ["${RUNS_DIR:-runs}:/runs"]
 
 
 def test_commands_exist_with_their_options():
@@ -53,7 +78,9 @@ def test_commands_exist_with_their_options():
     assert SERVICES["worker"]["environment"]["ULAB_GPU_TYPE"] == gpu
     assert queue_for(gpu) == "gpu-h100-80gb"
     flower_broker = [a for a in SERVICES["flower"]["command"] if a.startswith("--broker=")][0]
-    assert flower_broker.split("=", 1)[1] == SERVICES["worker"]["environment"]["ULAB_BROKER_URL"]
+    assert flower_broker.split("=", 1)[1] == SERVICES["api"]["environment"]["ULAB_BROKER_URL"]
+    worker_broker = defaults(SERVICES["worker"]["environment"]["ULAB_BROKER_URL"])
+    assert worker_broker.rsplit(":", 1)[1] == flower_broker.rsplit(":", 1)[1]  # the same port and database
 
 
 def test_worker_reserves_gpus_and_shared_memory():
@@ -69,3 +96,15 @@ def test_images_are_built_from_the_repo_dockerfile():
         target = SERVICES[name]["build"]["target"]
         assert f"AS {target}" in dockerfile
     assert "npm ci" in dockerfile and "pip install" in dockerfile
+
+
+def test_dockerfile_copies_every_package_and_generates_the_api_types_first():
+    # a package missing from the image imports fine here (the checkout has it) and fails only in the container
+    dockerfile = (REPO / "Dockerfile").read_text()
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    packages = [p.rstrip("*") for p in project["tool"]["setuptools"]["packages"]["find"]["include"]]
+    for package in packages:
+        assert f"COPY {package}/ {package}/" in dockerfile, package
+    # the Node stage builds against the schema the Python stage wrote
+    assert dockerfile.index("ulab openapi --out") < dockerfile.index("npm run build")
+    assert "openapi.json" in dockerfile.split("FROM node")[1]

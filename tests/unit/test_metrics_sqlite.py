@@ -42,3 +42,18 @@ def test_rollups_and_raw_edges_give_the_buckets_python_gives(session):
                 b[0], b[1], b[2], b[3] = step, min(b[1], v), max(b[2], v), v
             assert list(zip(s.step, s.min, s.max, s.last)) == [tuple(b) for _, b in sorted(expected.items())]
             assert len(s.step) <= budget
+
+
+def test_a_rewritten_point_updates_the_value_and_the_rollup_keeps_both_extremes(session):
+    # a resumed attempt redoes steps 5..16 with other values: the points take the new values, the 16-step block
+    # keeps the min/max of everything it has seen and its `last` follows the latest step
+    service.ingest(session, 1, [PointIn(rank=0, step=s, name="loss", value=float(s)) for s in range(1, 17)])
+    service.ingest(session, 1, [PointIn(rank=0, step=s, name="loss", value=100.0 + s) for s in range(5, 17)])
+    rows = dict(session.execute(service.text("SELECT step, value FROM metrics ORDER BY step")).all())
+    assert rows[4] == 4.0 and rows[5] == 105.0 and rows[16] == 116.0
+    block = session.execute(service.text(
+        "SELECT vmin, vmax, last_step, last_value FROM metric_rollups WHERE tier = 16 AND bucket = 1")).one()
+    assert tuple(block) == (16.0, 116.0, 16, 116.0)
+    first = session.execute(service.text(
+        "SELECT vmin, vmax, last_step, last_value FROM metric_rollups WHERE tier = 16 AND bucket = 0")).one()
+    assert tuple(first) == (1.0, 115.0, 15, 115.0)

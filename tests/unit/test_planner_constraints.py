@@ -3,7 +3,7 @@ import copy
 
 import pytest
 
-from backend.planner import catalog, estimate
+from plan import catalog, estimate, max_seq_len
 from tests.plans import QWEN3_4B_SP4
 
 BASE = QWEN3_4B_SP4
@@ -93,8 +93,8 @@ def test_missing_model():
 
 def test_bad_model_config():
     e = estimate(variant(model={"config": {"hidden_size": 64}}))
-    assert_invalid(e, "model.config")
-    assert "num_hidden_layers" in e["errors"][0]["message"]
+    assert_invalid(e, "model.config.num_hidden_layers")
+    assert "required" in e["errors"][0]["message"]
 
 
 def test_unknown_gpu_lists_known():
@@ -120,7 +120,10 @@ def test_custom_gpu_object():
     e = estimate(variant(hardware__gpu=gpu))
     assert e["valid"] is True and e["memory"]["gpu_capacity_gib"] == 96
     bad = estimate(variant(hardware__gpu={"name": "x", "memory_gib": 96}))
-    assert_invalid(bad, "hardware.gpu")
+    assert bad["valid"] is False and bad["memory"] is None
+    assert sorted(fields(bad)) == sorted(f"hardware.gpu.{c}" for c in ("hbm_tb_per_s", "bf16_dense_tflops",
+                                                                      "nvlink_gb_per_s_per_direction",
+                                                                      "typical_internode_gb_per_s"))
 
 
 def test_one_error_per_broken_rule():
@@ -134,7 +137,8 @@ def test_one_error_per_broken_rule():
     (variant(training__attn_implementation="magic"), "training.attn_implementation"),
     (variant(training__attn_implementation="eager"), "training.attn_implementation"),  # Ulysses rejects eager
     (variant(training__offload_params=True, training__zero_stage=2), "training.offload_params"),
-    (variant(training__checkpoint_offload=True, training__activation_checkpointing=False), "training.checkpoint_offload"),
+    (variant(training__checkpoint_offload=True, training__activation_checkpointing=False),
+     "training.checkpoint_offload"),
     (variant(training__micro_batch_size=0), "training.micro_batch_size"),
     (variant(training__grad_accum="8"), "training.grad_accum"),
     (variant(parallel__sp_size=-4), "parallel.sp_size"),
@@ -158,7 +162,30 @@ def test_warning_beyond_max_position_embeddings():
 
 
 def test_catalog_covers_reference_models_and_gpus():
-    c = catalog()
+    c = catalog.listing()
     names = {m["name"] for m in c["models"]}
     assert {"Qwen/Qwen3-4B", "meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.1-70B"} <= names
     assert {g["name"] for g in c["gpus"]} >= {"A100-40GB", "H100-80GB", "H200-141GB", "B200-180GB"}
+
+
+def test_document_len_cannot_exceed_seq_len():
+    assert_invalid(estimate(variant(training__document_len=40000)), "training.document_len")
+    assert estimate(variant(training__document_len=4096))["valid"] is True
+
+
+@pytest.mark.parametrize("key,value", [("hidden_size", 10**400), ("hidden_size", 1e300), ("vocab_size", 1 << 40),
+                                       ("num_hidden_layers", 2.5), ("num_attention_heads", True),
+                                       ("num_key_value_heads", 10**6), ("intermediate_size", "big")])
+def test_config_sizes_out_of_range_name_the_key_and_never_overflow(key, value):
+    cfg = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+           "intermediate_size": 14336, "vocab_size": 128256, key: value}
+    for answer in (estimate(variant(model={"config": cfg})), max_seq_len(variant(model={"config": cfg}))["estimate"]):
+        assert_invalid(answer, f"model.config.{key}")
+
+
+@pytest.mark.parametrize("column,value", [("memory_gib", 1e308), ("hbm_tb_per_s", 1e-300),
+                                          ("bf16_dense_tflops", 1e-300), ("typical_internode_gb_per_s", 0)])
+def test_custom_gpu_figures_out_of_range_are_errors_not_infinities(column, value):
+    gpu = {"name": "g", "memory_gib": 96, "hbm_tb_per_s": 4.0, "bf16_dense_tflops": 1000,
+           "nvlink_gb_per_s_per_direction": 450, "typical_internode_gb_per_s": 50, column: value}
+    assert_invalid(estimate(variant(hardware__gpu=gpu)), f"hardware.gpu.{column}")

@@ -4,8 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from backend.planner import estimate
-from backend.planner.report import text_report
+from plan import estimate
+from plan.report import text_report
 from tests.plans import qwen_plan
 
 ULAB = Path(sys.executable).parent / "ulab"

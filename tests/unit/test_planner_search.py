@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from backend.planner import estimate, exports, max_seq_len, sweep
+from plan import estimate, exports, max_seq_len, sweep
 from tests.plans import QWEN3_4B_SP4
 
 BASE = QWEN3_4B_SP4
@@ -51,18 +51,20 @@ def test_max_seq_of_invalid_plan():
     assert r["estimate"]["errors"][0]["field"] == "hardware.gpu"
 
 
-def test_sweep_shape_and_world_follows_sp():
+def test_sweep_shape_keeps_the_gpu_count_and_dp_follows_sp():
     r = sweep(BASE, [1, 2, 4, 8], [8192, 32768, 131072])
     assert r["seq_lens"] == [8192, 32768, 131072] and r["gpu_capacity_gib"] == 80.0
     assert [s["sp_size"] for s in r["series"]] == [1, 2, 4, 8]
-    for s in r["series"]:
-        assert s["gpus"] == s["sp_size"]                 # dp_size 1 kept
+    *valid, eight = r["series"]
+    for s in valid:
+        assert (s["gpus"], s["sp_size"] * s["dp_size"]) == (4, 4)  # the plan's 4 GPUs, dp = 4 / sp
         for key in ("peak_allocated_gib", "device_total_gib", "tokens_per_s", "fits"):
             assert len(s[key]) == 3
         assert s["peak_allocated_gib"] == sorted(s["peak_allocated_gib"])
-    by_sp = {s["sp_size"]: s for s in r["series"]}
-    assert by_sp[8]["peak_allocated_gib"][-1] < by_sp[1]["peak_allocated_gib"][-1]
-    assert by_sp[8]["max_seq_len"] > by_sp[1]["max_seq_len"]
+    assert eight["valid"] is False and "does not divide the plan's 4 GPUs" in eight["errors"][0]["message"]
+    by_sp = {s["sp_size"]: s for s in valid}
+    assert by_sp[4]["peak_allocated_gib"][-1] < by_sp[1]["peak_allocated_gib"][-1]
+    assert by_sp[4]["max_seq_len"] > by_sp[1]["max_seq_len"]
     at = estimate(with_training(seq_len=32768))["memory"]["peak_allocated_gib"]
     assert by_sp[4]["peak_allocated_gib"][1] == at
 
@@ -70,7 +72,7 @@ def test_sweep_shape_and_world_follows_sp():
 def test_sweep_defaults_and_invalid_sp():
     r = sweep(BASE, None, None)
     sps = [s["sp_size"] for s in r["series"]]
-    assert sps[0] == 1 and all(32 % sp == 0 for sp in sps)
+    assert sps == [1, 2, 4]  # the head-compatible sizes that divide the plan's 4 GPUs
     assert len(r["seq_lens"]) >= 6 and r["seq_lens"] == sorted(r["seq_lens"])
     bad = sweep(BASE, [3, 4], [8192])
     assert bad["series"][0]["valid"] is False and bad["series"][0]["errors"][0]["field"] == "parallel.sp_size"
@@ -78,10 +80,10 @@ def test_sweep_defaults_and_invalid_sp():
 
 
 def test_exports_are_the_trainers_files():
-    from worker.trainer import launch_config
+    from plan import launch as launch_config  # the trainer builds its run from these functions
 
     x = exports(BASE)
-    assert json.loads(x["deepspeed_json"]) == launch_config.deepspeed_config(BASE)
+    assert json.loads(x["deepspeed_json_hf_trainer"]) == launch_config.deepspeed_config(BASE)
     assert x["accelerate_yaml"] == launch_config.accelerate_config_yaml(BASE)
     assert "--nproc-per-node 4" in x["launch_command"] and "worker.trainer" in x["launch_command"]
     two = copy.deepcopy(BASE)
@@ -95,10 +97,11 @@ def test_exports_are_the_trainers_files():
                                       {"activation_checkpointing": False}])
 def test_memory_is_monotone_in_seq_len(features):
     # The bisection in max_seq_len relies on it; shard counts that round up must not make memory dip.
-    from backend.planner.memory import estimate_memory
-    from backend.planner.validate import parse
+    from plan.memory import estimate_memory
+    from plan.validation import validate
 
-    spec, errors, _ = parse(with_training(**features))
+    _v = validate(with_training(**features))
+    spec, errors = _v.spec, _v.errors
     assert spec is not None, errors
     prev = 0.0
     for k in range(1, 200_000, 97):

@@ -3,11 +3,11 @@ import copy
 
 import pytest
 
-from backend.planner import estimate
-from backend.planner import memory as mem
-from backend.planner import throughput as thr
-from backend.planner.catalog import models
-from backend.planner.validate import parse
+from plan import estimate
+from plan import memory as mem
+from plan import throughput as thr
+from plan.catalog import models
+from plan.validation import validate
 
 GIB = 2 ** 30
 TINY = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -25,7 +25,8 @@ def plan(model=None, sp=1, dp=1, seq=512, **training):
 
 
 def spec_of(p):
-    s, errors, _ = parse(p)
+    _v = validate(p)
+    s, errors = _v.spec, _v.errors
     assert s is not None, errors
     return s
 
@@ -164,8 +165,12 @@ def test_breakdown_sums_and_device_total():
     e = estimate(plan({"preset": "Qwen/Qwen3-4B"}, sp=4, seq=65536, offload_optimizer=True))
     m = e["memory"]
     assert sum(m["breakdown_gib"].values()) == pytest.approx(m["peak_allocated_gib"], abs=1e-6)
-    expect = m["peak_allocated_gib"] * 1.05 + 0.5 + 0.25   # fragmentation, CUDA context, one NCCL communicator
-    assert m["device_total_gib"] == pytest.approx(expect, abs=0.01)
+    # the largest transient block is an fp32 [t, V] logits tensor; the next smaller one the bf16 logits: the
+    # allocator strands the difference (plan.allocator), then the CUDA context and one NCCL communicator
+    stranded = (4 - 2) * 151936 * 16384 / GIB
+    assert m["allocator_stranded_gib"] == pytest.approx(stranded, abs=1e-3)
+    assert m["reserved_gib"] == pytest.approx(m["peak_allocated_gib"] + stranded, abs=2e-3)
+    assert m["device_total_gib"] == pytest.approx(m["reserved_gib"] + 0.5 + 0.25, abs=2e-3)
 
 
 def test_memory_grows_with_seq_and_shrinks_with_sp():

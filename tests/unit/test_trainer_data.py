@@ -6,8 +6,16 @@ import json
 import numpy as np
 import pytest
 
-from worker.trainer.data import (BYTE_EOS, BYTE_PAD, ByteTokenizer, DataError, pack_documents, prepare_all_stages,
-                                 read_documents)
+from worker.trainer.data import (
+    BYTE_EOS,
+    BYTE_PAD,
+    ByteTokenizer,
+    DataError,
+    pack_documents,
+    prepare_all_stages,
+    read_documents,
+    step_row,
+)
 from worker.trainer.spec import RunSpec
 
 
@@ -69,6 +77,7 @@ def test_bad_sources_fail_with_a_clear_error(tmp_path, content, match):
 def _spec(tmp_path, data_path, seq_len=64):
     plan = {"model": {"config": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
                                  "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 512}},
+            "hardware": {"gpu": "H100-80GB", "gpus_per_node": 2},
             "parallel": {"sp_size": 2, "dp_size": 1}, "training": {"seq_len": seq_len, "dtype": "fp32"},
             "run": {"steps": 2, "data": {"path": str(data_path)}, "model_path": None}}
     return RunSpec.from_plan(plan)
@@ -83,7 +92,7 @@ def test_too_short_for_one_sequence(tmp_path):
 
 def test_prepare_writes_rows_once_and_reuses_them(tmp_path):
     f = tmp_path / "d.txt"
-    f.write_text("\n\n".join("document number %d " % i * 5 for i in range(30)))
+    f.write_text("\n\n".join(f"document number {i} " * 5 for i in range(30)))
     spec = _spec(tmp_path, f)
     [path] = prepare_all_stages(spec, tmp_path / "run")
     mtime = path.stat().st_mtime_ns
@@ -130,3 +139,27 @@ def test_saved_dataset_directory_and_dataset_dict(tmp_path):
     (tmp_path / "plain").mkdir()
     with pytest.raises(DataError, match="not a dataset saved"):
         read_documents(tmp_path / "plain", {})
+
+
+@pytest.mark.parametrize("sp,dp,gas,mbs", [(1, 1, 2, 1), (2, 1, 2, 1), (1, 2, 1, 1), (2, 2, 1, 1), (2, 2, 3, 1),
+                                           (4, 2, 1, 2), (2, 3, 2, 2), (1, 4, 3, 2)])
+def test_every_step_trains_the_next_consecutive_rows_whatever_the_layout(sp, dp, gas, mbs):
+    """Deal the samples with Accelerate's own BatchSamplerShard (batch B to rank B % world), group the ranks as
+    DeepSpeed does (consecutive sp ranks), feed each group's micro batches in UlyssesSPDataLoaderAdapter's order
+    (member k % sp's (k // sp)-th batch) and take grad_accum per step: step s must train rows s*P .. s*P+P-1, as
+    one process does, so any resume point (any step, odd or even) starts at the first row not yet trained."""
+    from accelerate.data_loader import BatchSamplerShard
+    from torch.utils.data import BatchSampler, SequentialSampler
+
+    world, per_step, steps = sp * dp, mbs * gas * dp, 7
+    n = -(-steps * per_step // (world * mbs)) * world * mbs  # the trainer's dataset length, in whole rounds
+    batches = BatchSampler(SequentialSampler(range(n)), mbs, drop_last=False)
+    dealt = [list(BatchSamplerShard(batches, num_processes=world, process_index=r)) for r in range(world)]
+    layout = {"sp": sp, "dp": dp, "grad_accum": gas, "micro_batch": mbs}
+    trained: dict[int, list[int]] = {}
+    for group in range(dp):
+        stream = [dealt[group * sp + k % sp][k // sp] for k in range(len(dealt[0]) * sp)]
+        for k, micro in enumerate(stream[:steps * gas]):
+            trained.setdefault(k // gas, []).extend(step_row(i, **layout) for i in micro)
+    for s in range(steps):
+        assert sorted(trained[s]) == list(range(s * per_step, (s + 1) * per_step)), (s, trained[s])

@@ -8,14 +8,12 @@ import pytest
 import torch
 from transformers import LlamaConfig, MixtralConfig, Qwen3Config, Qwen3MoeConfig
 
-from backend.planner.catalog import gpus, model_from_config, models
-from backend.planner.throughput import flops_per_token as planner_flops_per_token
-from backend.planner.throughput import model_flops_per_token
-from backend.planner.validate import parse
+from plan.catalog import gpus, model_from_config, models
+from plan.throughput import flops_per_token as planner_flops_per_token
+from plan.validation import validate
 from tests.boundaries import packages_loaded
 from tests.plans import qwen_plan
-from worker.trainer.metrics import (PEAK_BF16_TFLOPS, MetricsWriter, TensorMemoryTracker, flops_per_token,
-                                    truncate_after)
+from worker.trainer.metrics import MetricsWriter, TensorMemoryTracker, flops_per_token, peak_tflops
 
 MIB = 1024**2
 
@@ -57,8 +55,20 @@ def test_trainer_counts_the_planners_model_flops():
                       num_attention_heads=qwen.num_attention_heads, num_key_value_heads=qwen.num_key_value_heads,
                       head_dim=qwen.head_dim, intermediate_size=qwen.intermediate_size, vocab_size=qwen.vocab_size,
                       tie_word_embeddings=True)
-    spec = parse(qwen_plan(seq_len=32768))[0]
+    spec = validate(qwen_plan(seq_len=32768)).spec
     assert flops_per_token(cfg, 32768) == planner_flops_per_token(spec)["model"]
+
+
+def test_trainer_counts_attention_over_the_document_like_the_planner():
+    # packed documents: attention FLOPs follow document_len, in the trainer's TFLOPS and the planner's alike
+    cfg = SimpleNamespace(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                          intermediate_size=128, vocab_size=512)
+    n = 2 * (2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 128) + 64 * 512
+    assert flops_per_token(cfg, 4096, document_len=256) == 6 * n + 6 * 2 * 4 * 16 * 256
+    assert flops_per_token(cfg, 4096, document_len=None) == 6 * n + 6 * 2 * 4 * 16 * 4096
+    qwen = models()["Qwen/Qwen3-4B"]
+    spec = validate(qwen_plan(seq_len=32768, document_len=2048)).spec
+    assert planner_flops_per_token(spec)["model"] == qwen.flops_per_token(2048)
 
 
 @pytest.mark.parametrize("name", sorted(models()))
@@ -69,7 +79,7 @@ def test_trainer_flops_equal_the_planners_for_every_preset(name):
                       head_dim=m.head_dim, intermediate_size=m.intermediate_size, vocab_size=m.vocab_size,
                       tie_word_embeddings=m.tie_word_embeddings)
     for seq_len in (4096, 1_000_000):
-        assert flops_per_token(cfg, seq_len) == model_flops_per_token(m, seq_len), (name, seq_len)
+        assert flops_per_token(cfg, seq_len) == m.flops_per_token(seq_len), (name, seq_len)
 
 
 def test_trainer_flops_equal_the_planners_for_mixtures_of_experts():
@@ -79,7 +89,7 @@ def test_trainer_flops_equal_the_planners_for_mixtures_of_experts():
            MixtralConfig(hidden_size=256, num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=4,
                          intermediate_size=512, num_local_experts=8, num_experts_per_tok=2, vocab_size=1000)]
     for cfg in moe:
-        planner = model_flops_per_token(model_from_config(cfg.to_dict()), 8192)
+        planner = model_from_config(cfg.to_dict()).flops_per_token(8192)
         assert planner > 0 and flops_per_token(cfg, 8192) == planner, cfg.model_type
     # by hand, the first: per layer q,o 2*256*256 + k,v 2*256*64, the 4 routed experts of width 96 as one SwiGLU
     # MLP 3*256*(4*96) and the router 256*16 (the other 12 experts cost no FLOPs); plus lm_head 256*1000
@@ -87,23 +97,29 @@ def test_trainer_flops_equal_the_planners_for_mixtures_of_experts():
     assert flops_per_token(moe[0], 8192) == 6 * n + 6 * 3 * 8 * 32 * 8192
 
 
-def test_trainer_peak_tflops_equal_the_planners_gpu_catalog():
-    assert PEAK_BF16_TFLOPS == {name: g.bf16_dense_tflops for name, g in gpus().items()}
+def test_trainer_peak_tflops_is_the_plans_gpu(monkeypatch):
+    # MFU's denominator: the catalog's figure for the plan's GPU (or its custom object), at the plan's dtype
+    for name, g in gpus().items():
+        spec = validate(qwen_plan(seq_len=32768) | {"hardware": {"gpu": name, "gpus_per_node": 4}}).spec
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        assert peak_tflops(spec) == g.bf16_dense_tflops
+        fp32 = spec.with_(dtype="fp32")
+        assert peak_tflops(fp32) == g.bf16_dense_tflops / 2  # TF32, as the planner counts it
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+        assert peak_tflops(spec) is None  # CPU ranks: no MFU
 
 
 def test_trainer_does_not_import_the_backend():
-    # DESIGN.md: the trainer runs alone (`ulab train` on a GPU node); it shares formulas with the planner by
-    # the tests above, not by import
+    # DESIGN.md: the trainer runs alone (`ulab train` on a GPU node); it shares the formulas with the planner
+    # through the plan package, which imports nothing of ours
     assert packages_loaded("import worker.trainer.train, worker.trainer.cli", ("backend",)) == []
 
 
-def test_writer_keeps_lines_valid_json_and_truncate_drops_later_steps(tmp_path):
+def test_writer_keeps_lines_valid_json(tmp_path):
     p = tmp_path / "metrics.jsonl"
     w = MetricsWriter(p)
     for s in range(1, 6):
         w.write({"step": s, "loss": float("nan") if s == 3 else 1.0 / s, "peak": [1.0, float("inf")]})
     w.close()
-    rows = [json.loads(l) for l in p.read_text().splitlines()]
+    rows = [json.loads(line) for line in p.read_text().splitlines()]
     assert rows[2]["loss"] is None and rows[0]["peak"] == [1.0, None]
-    truncate_after(p, 3)
-    assert [json.loads(l)["step"] for l in p.read_text().splitlines()] == [1, 2, 3]

@@ -54,14 +54,16 @@ def test_stages_replace_seq_len_and_steps():
 @pytest.mark.parametrize("path,value,field", [
     ("training.seq_len", 511, "training.seq_len"),
     ("model.config.num_attention_heads", 3, "parallel.sp_size"),
-    ("hardware.gpus_per_node", 4, "hardware.gpus_per_node"),
+    ("hardware.gpus_per_node", 4, "parallel.dp_size"),  # the world size rule names dp_size (as the planner)
     ("training.attn_implementation", "eager", "training.attn_implementation"),
     ("training.dtype", "int8", "training.dtype"),
     ("training.zero_stage", 4, "training.zero_stage"),
-    ("run.data", _DELETE, "run.data.path"),
+    ("run.data", _DELETE, "run.data"),
+    ("run.data.path", _DELETE, "run.data.path"),
+    ("training.zero_stag", 1, "training.zero_stag"),
     ("run.steps", 0, "run.steps"),
     ("run", _DELETE, "run"),
-    ("model.config", _DELETE, "run.model_path"),
+    ("model", {"preset": "Qwen/Qwen3-4B"}, "run.model_path"),  # random weights need an architecture config
     ("run.stages", [{"seq_len": 255, "steps": 1}], "run.stages[0].seq_len"),
 ])
 def test_bad_plans_name_the_field(path, value, field):
@@ -79,8 +81,20 @@ def _ulab_train(tmp_path, plan: dict | str, data: str | None = "x " * 2000):
                           capture_output=True, text=True, timeout=60, cwd=tmp_path)
 
 
+def test_rules_that_depend_on_the_machine_name_the_field():
+    liger = RunSpec.from_plan(with_("training.liger_kernel", True))  # a valid plan, for a GPU
+    liger.check_device(cuda=True)
+    with pytest.raises(PlanError, match=r"^training\.liger_kernel: .*CUDA"):
+        liger.check_device(cuda=False)
+    flex = RunSpec.from_plan(with_("training.attn_implementation", "flex_attention"))
+    flex.check_device(cuda=False)  # CPU ranks run sdpa
+    with pytest.raises(PlanError, match=r"^training\.attn_implementation: flex_attention under Ulysses"):
+        flex.check_device(cuda=True)
+
+
 @pytest.mark.parametrize("plan,data,needle", [
     (with_("training.seq_len", 511), "x " * 2000, "seq_len"),
+    (with_("training.liger_kernel", True), "x " * 2000, "training.liger_kernel: "),  # refused on a CPU machine
     ("{not json", "x", "not valid JSON"),
     (GOOD, None, "does not exist"),
     (GOOD, "", "is empty"),
@@ -89,6 +103,6 @@ def _ulab_train(tmp_path, plan: dict | str, data: str | None = "x " * 2000):
 def test_ulab_train_fails_before_any_rank_with_one_line(tmp_path, plan, data, needle):
     proc = _ulab_train(tmp_path, plan, data)
     assert proc.returncode == 2
-    lines = [l for l in proc.stderr.splitlines() if l.strip()]
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and needle in lines[0], proc.stderr
     assert not (tmp_path / "run" / "metrics.jsonl").exists()

@@ -35,3 +35,16 @@ def test_the_thread_ends_with_the_block():
         pass
     assert not hb._thread.is_alive()
     assert not any(t.name == "heartbeat" and t.is_alive() for t in threading.enumerate())
+
+
+def test_a_stop_waits_for_the_plans_checkpoint_grace_before_sigkill():
+    from types import SimpleNamespace
+
+    from tests.tiny import tiny_plan
+    from worker.tasks import stop_wait_s
+
+    settings = SimpleNamespace(cancel_grace_s=10.0)
+    plan = tiny_plan() | {"run": {"data": {"path": "d.txt"}, "stop_grace_s": 600.0}}
+    assert stop_wait_s(plan, settings) == 610.0  # the plan's grace (torchrun's too), then the worker's margin
+    assert stop_wait_s(tiny_plan(), settings) == 40.0  # a tiny model's ZeRO-3 save: torchrun's 30 s floor
+    assert stop_wait_s({"not": "a plan"}, settings) == 10.0

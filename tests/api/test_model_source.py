@@ -1,0 +1,117 @@
+"""Submit and approve check where a run's weights come from (backend/runs/model_source.py): a directory under the
+models root or the hub cache, holding the architecture the plan was estimated for; errors name run.model_path."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.api.conftest import as_role
+from tests.checkpoints import save_tiny_checkpoint
+from tests.tiny import tiny_plan
+
+PRESET = {"model": {"preset": "Qwen/Qwen3-4B"}, "hardware": {"gpu": "H100-80GB"}, "training": {"seq_len": 8192}}
+
+
+@pytest.fixture
+def admin(client, tokens):
+    return as_role(client, tokens, "admin")
+
+
+@pytest.fixture
+def models_dir(app_env) -> Path:
+    return Path(app_env["ULAB_HOME"]) / "models"  # the default models root: HOME/models
+
+
+@pytest.fixture
+def data(tmp_path) -> Path:
+    path = tmp_path / "d.txt"
+    path.write_text("the quick brown fox. " * 200)
+    return path
+
+
+@pytest.fixture(autouse=True)
+def empty_hub_cache(tmp_path, monkeypatch) -> Path:
+    from huggingface_hub import constants
+
+    cache = tmp_path / "hub"
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    return cache
+
+
+def submit(client, admin, plan: dict, run: dict):
+    plan_id = client.post("/api/plans", json=plan, headers=admin).json()["id"]
+    return client.post("/api/runs", json={"plan_id": plan_id, "run": run}, headers=admin)
+
+
+def error(r) -> tuple[str, str]:
+    assert r.status_code == 422, r.text
+    return r.json()["detail"][0]["field"], r.json()["detail"][0]["message"]
+
+
+def test_a_name_under_the_models_root_resolves_to_its_directory(client, admin, models_dir, data):
+    save_tiny_checkpoint(models_dir / "acme" / "tiny-llama", weights=False)
+    r = submit(client, admin, tiny_plan(), {"data": {"path": str(data)}, "model_path": "acme/tiny-llama"})
+    assert r.status_code == 201, r.text
+    assert r.json()["spec"]["run"]["model_path"] == str((models_dir / "acme" / "tiny-llama").resolve())
+
+
+def test_a_preset_without_a_checkpoint_is_refused_at_submit(client, admin, data):
+    field, message = error(submit(client, admin, PRESET, {"data": {"path": str(data)}}))
+    assert field == "run.model_path"
+    assert "model.preset Qwen/Qwen3-4B has no checkpoint" in message and "models/Qwen/Qwen3-4B" in message
+
+
+def test_a_preset_resolves_to_its_directory_and_the_architecture_must_match(client, admin, models_dir, data):
+    save_tiny_checkpoint(models_dir / "Qwen" / "Qwen3-4B", weights=False)  # a tiny llama where Qwen3-4B belongs
+    field, message = error(submit(client, admin, PRESET, {"data": {"path": str(data)}}))
+    assert field == "run.model_path"
+    assert "model_type='llama'" in message and "model_type='qwen3'" in message
+
+
+def test_each_architecture_field_is_named(client, admin, models_dir, data):
+    for key, value in (("hidden_size", 128), ("num_hidden_layers", 3), ("num_attention_heads", 8),
+                       ("vocab_size", 1024)):
+        directory = save_tiny_checkpoint(models_dir / f"other-{key}", weights=False, **{key: value})
+        field, message = error(submit(client, admin, tiny_plan(), {"data": {"path": str(data)},
+                                                                   "model_path": str(directory)}))
+        assert field == "run.model_path" and f"{key}={value!r}" in message, message
+
+
+def test_a_directory_without_config_json_is_refused(client, admin, models_dir, data):
+    (models_dir / "empty").mkdir(parents=True, exist_ok=True)
+    field, message = error(submit(client, admin, tiny_plan(), {"data": {"path": str(data)}, "model_path": "empty"}))
+    assert field == "run.model_path" and "has no config.json" in message
+
+
+def test_a_hub_id_is_kept_when_its_config_is_in_the_hub_cache(client, admin, data, empty_hub_cache, models_dir):
+    # the layout huggingface_hub writes: models--org--name/refs/main and snapshots/<commit>/config.json
+    repo = empty_hub_cache / "models--acme--cached-tiny"
+    snapshot = save_tiny_checkpoint(repo / "snapshots" / "abc123", weights=False)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc123")
+    r = submit(client, admin, tiny_plan(), {"data": {"path": str(data)}, "model_path": "acme/cached-tiny"})
+    assert r.status_code == 201, r.text
+    assert r.json()["spec"]["run"]["model_path"] == "acme/cached-tiny"
+    cfg = json.loads((snapshot / "config.json").read_text())
+    cfg["hidden_size"] = 96
+    (snapshot / "config.json").write_text(json.dumps(cfg))
+    field, message = error(submit(client, admin, tiny_plan(), {"data": {"path": str(data)},
+                                                               "model_path": "acme/cached-tiny"}))
+    assert field == "run.model_path" and "hidden_size=96" in message
+
+
+def test_approval_refuses_a_hub_id_that_is_not_downloaded_and_a_missing_data_file(client, admin, tmp_path, data):
+    r = submit(client, admin, tiny_plan(), {"data": {"path": str(data)}, "model_path": "acme/not-downloaded"})
+    assert r.status_code == 201, r.text  # it may be downloaded before approval
+    field, message = error(client.post(f"/api/runs/{r.json()['id']}/approve", headers=admin))
+    assert field == "run.model_path" and "acme/not-downloaded is not downloaded" in message
+    assert client.get(f"/api/runs/{r.json()['id']}", headers=admin).json()["state"] == "pending_approval"
+
+    gone = tmp_path / "gone.txt"
+    gone.write_text("x")
+    r = submit(client, admin, tiny_plan(), {"data": {"path": str(gone)}})
+    gone.unlink()
+    field, _ = error(client.post(f"/api/runs/{r.json()['id']}/approve", headers=admin))
+    assert field == "run.data.path"

@@ -1,0 +1,124 @@
+"""Tokens (issue 16, item 7): a worker token writes only the metrics of the runs it claimed, and no run writes after
+it ended a minute ago; a worker reuses its token across starts; sign-out revokes the cookie's session token."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+from fastapi.testclient import TestClient
+
+from backend.auth.roles import Role
+from backend.core.db import get_sessionmaker, session_scope
+from backend.runs import transitions
+from backend.runs.models import Run
+from backend.runs.states import RunState
+from tests.api.conftest import as_role
+from tests.tiny import tiny_plan
+
+POINTS = {"points": [{"rank": 0, "step": 1, "name": "loss", "value": 2.5, "wall_time": 0.0}]}
+
+
+def new_token(role: Role) -> tuple[str, int]:
+    from backend.auth.service import create_token
+
+    with get_sessionmaker()() as session:
+        row, token = create_token(session, f"scope test {role}", role)
+        return token, row.id
+
+
+def queued_run(client, tokens, tmp_path) -> int:
+    admin = as_role(client, tokens, "admin")
+    data = tmp_path / "d.txt"
+    data.write_text("x\n")
+    plan_id = client.post("/api/plans", json=tiny_plan(), headers=admin).json()["id"]
+    run_id = client.post("/api/runs", json={"plan_id": plan_id, "run": {"data": {"path": str(data)}}},
+                         headers=admin).json()["id"]
+    assert client.post(f"/api/runs/{run_id}/approve", headers=admin).status_code == 200
+    return run_id
+
+
+def write(client, run_id: int, token: str):
+    return client.post(f"/api/runs/{run_id}/metrics", json=POINTS, headers={"Authorization": f"Bearer {token}"})
+
+
+def test_a_worker_token_writes_only_the_run_it_claimed(client, tokens, tmp_path):
+    mine, mine_id = new_token(Role.WORKER)
+    other, _ = new_token(Role.WORKER)
+    run_id = queued_run(client, tokens, tmp_path)
+    assert write(client, run_id, mine).status_code == 409  # queued: nobody claimed it yet
+    assert transitions.claim(run_id, "w:1", token_id=mine_id) is not None
+    r = write(client, run_id, other)
+    assert r.status_code == 403 and r.json()["detail"][0]["field"] == "authorization", r.text
+    assert write(client, run_id, mine).json() == {"accepted": 1}
+    assert write(client, run_id, tokens["admin"]).status_code == 200  # an admin is not a worker
+
+
+def test_no_writes_a_minute_after_the_run_ended(client, tokens, tmp_path):
+    worker, worker_id = new_token(Role.WORKER)
+    run_id = queued_run(client, tokens, tmp_path)
+    run = transitions.claim(run_id, "w:1", token_id=worker_id)
+    assert run is not None and transitions.finish(run_id, run.attempt, RunState.SUCCEEDED, None)
+    assert write(client, run_id, worker).status_code == 200  # the worker drains its last lines
+    with session_scope() as s:
+        ended = s.get_one(Run, run_id)
+        ended.finished_at = transitions.as_utc(ended.finished_at) - timedelta(seconds=61)
+    for token in (worker, tokens["admin"]):
+        r = write(client, run_id, token)
+        assert r.status_code == 409 and r.json()["detail"][0]["field"] == "state", r.text
+
+
+def test_a_worker_reuses_its_token_across_starts(app_env, tmp_path):
+    from backend.auth.service import revoke, worker_token
+    from backend.core.settings import Settings
+
+    settings = Settings(home=tmp_path / "home")
+    with get_sessionmaker()() as session:
+        first, p1 = worker_token(session, settings)
+        again, p2 = worker_token(session, settings)
+        assert again == first and p1 is not None and p2 is not None and p1.token_id == p2.token_id
+        assert p1.role == Role.WORKER
+        assert (settings.home / "worker-token").stat().st_mode & 0o777 == 0o600
+        assert p1.token_id is not None
+        revoke(session, p1.token_id)
+        fresh, p3 = worker_token(session, settings)  # a revoked token is replaced, not reused
+        assert fresh != first and p3 is not None and p3.token_id != p1.token_id
+
+
+def test_sign_out_revokes_the_cookie_token(app, tokens):
+    viewer, viewer_id = new_token(Role.VIEWER)
+    browser = TestClient(app)  # its own cookie jar
+    r = browser.post("/api/session", json={"token": viewer})
+    assert r.status_code == 200 and r.json()["token_id"] == viewer_id  # the session acts as the token given
+    cookie = browser.cookies["ulab_token"]
+    assert cookie != viewer
+    assert browser.get("/api/session").json()["token_id"] == viewer_id
+    assert browser.delete("/api/session").status_code == 204
+    fresh = TestClient(app)
+    assert fresh.get("/api/runs", headers={"Authorization": f"Bearer {cookie}"}).status_code == 401
+    assert fresh.get("/api/runs", headers={"Authorization": f"Bearer {viewer}"}).status_code == 200  # still valid
+    # revoking the token also ends the sessions opened with it
+    r = fresh.post("/api/session", json={"token": viewer})
+    second = r.cookies["ulab_token"]
+    admin = as_role(fresh, tokens, "admin")
+    assert fresh.delete(f"/api/tokens/{viewer_id}", headers=admin).status_code == 200
+    assert fresh.get("/api/runs", headers={"Authorization": f"Bearer {second}"}).status_code == 401
+
+
+def test_an_idempotency_key_makes_one_run_of_two_identical_submits(client, tokens, tmp_path):
+    data = tmp_path / "d.txt"
+    data.write_text("x\n")
+    mine = as_role(client, tokens, "submitter")
+    plan_id = client.post("/api/plans", json=tiny_plan(), headers=mine).json()["id"]
+    body = {"plan_id": plan_id, "run": {"data": {"path": str(data)}}}
+    keyed = {**mine, "Idempotency-Key": "submit-7f3a"}
+    first = client.post("/api/runs", json=body, headers=keyed)
+    again = client.post("/api/runs", json=body, headers=keyed)
+    assert first.status_code == again.status_code == 201
+    assert again.json()["id"] == first.json()["id"]
+    other_plan = client.post("/api/plans", json=tiny_plan(seq_len=1024), headers=mine).json()["id"]
+    r = client.post("/api/runs", json={**body, "plan_id": other_plan}, headers=keyed)
+    assert r.status_code == 409 and r.json()["detail"][0]["field"] == "idempotency-key", r.text
+    # another token's key space is its own, and no key means a new run each time
+    theirs = client.post("/api/runs", json=body, headers={**as_role(client, tokens, "approver"),
+                                                         "Idempotency-Key": "submit-7f3a"})
+    assert theirs.json()["id"] != first.json()["id"]
+    assert client.post("/api/runs", json=body, headers=mine).json()["id"] != first.json()["id"]

@@ -1,0 +1,33 @@
+"""The issue's reproduction: a real CPU run at lr=10 diverges; the alert raised at ingest stops it
+(run.stop_on_divergence) with its reason, shown on the run page and as a badge in the runs list."""
+import pytest
+
+from tests.e2e.browser import chromium_page, screenshot
+from tests.tiny import submit, tiny_plan, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_run_at_lr_10_is_stopped_and_says_why(stack, api, corpus):
+    run = submit(api, tiny_plan(sp_size=2), {"steps": 200, "learning_rate": 10.0, "checkpoint_every": 0,
+                                             "stop_on_divergence": True, "data": {"path": str(corpus)}},
+                 name="lr-10")
+    done = wait_for(api, run["id"], {"cancelled"}, timeout_s=400)
+    assert done["exit_reason"].startswith("stopped: "), done["exit_reason"]
+    assert done["last_step"] < 200 and done["device"] == "cpu"  # recorded from the trainer's on_gpu point
+    kinds = [a["kind"] for a in done["alerts"]]
+    assert set(kinds) <= {"loss_diverged", "loss_nan", "grad_norm_nan"} and any(a["stopped"] for a in done["alerts"])
+    loss = api.get(f"/api/runs/{run['id']}/metrics", params={"name": "loss"}).json()["series"][0]
+    assert max(loss["max"]) > 10 * min(loss["min"])  # the diverged points are stored and charted
+    print("lr=10:", done["exit_reason"], "last step", done["last_step"], kinds)
+    with chromium_page(height=1000) as page:
+        page.goto(f"{stack.url}/#/runs/{run['id']}")
+        page.locator("[data-testid=run-alerts]").wait_for(timeout=20_000)
+        assert "stopped" in page.inner_text("[data-testid=run-alerts]")
+        page.wait_for_function("Number(document.querySelector('[data-testid=loss-chart]')?.dataset.points) > 0",
+                               timeout=20_000)
+        screenshot(page, "dashboard-run-diverged")
+        page.goto(f"{stack.url}/#/runs")
+        badge = page.locator(f"[data-testid=run-alert-badge-{run['id']}]")
+        badge.wait_for(timeout=20_000)
+        assert kinds[0].split("_")[0] in badge.inner_text()

@@ -1,0 +1,60 @@
+"""The planner's submit form in Chromium: it keeps a loaded example's run fields (checkpoint_every), offers
+model_path, seed, warmup, the LR schedule and checkpoint settings, and a run submitted from it with a checkpoint
+under the models root (ULAB_MODELS_DIR) trains from that checkpoint to succeeded."""
+import json
+import re
+
+import pytest
+
+from tests.checkpoints import save_tiny_checkpoint
+from tests.e2e.browser import chromium_page, screenshot
+from tests.e2e.test_dashboard_runs import _fill_tiny_plan
+from tests.tiny import wait_for
+
+pytestmark = pytest.mark.slow
+VALID = "document.querySelector('[data-testid=planner-results]').dataset.state === 'valid'"
+
+
+def test_a_loaded_example_keeps_its_checkpoint_every(api_server):
+    example = json.load(open("examples/tiny-llama-sp2.json"))
+    with chromium_page() as page:
+        page.goto(f"{api_server}/#/planner")
+        page.wait_for_function(VALID, timeout=30_000)
+        page.click("[data-testid=load-plan] summary")
+        page.click("[data-testid=example-tiny]")
+        assert page.input_value("[data-testid=run-checkpoint_every]") == str(example["run"]["checkpoint_every"])
+
+
+def test_submit_from_the_form_with_a_checkpoint_under_the_models_root(stack, api, corpus):
+    directory = save_tiny_checkpoint(stack.home / "models" / "acme" / "ui-tiny")
+    with chromium_page(height=1400) as page:
+        page.goto(f"{stack.url}/#/planner")
+        page.locator("[data-testid=planner-form]").wait_for(timeout=20_000)
+        _fill_tiny_plan(page)
+        page.fill("[data-testid=run-name]", "from-the-form")
+        page.fill("[data-testid=run-steps]", "4")
+        page.fill("[data-testid=run-data]", str(corpus))
+        page.fill("[data-testid=run-model_path]", "acme/ui-tiny")
+        page.fill("[data-testid=run-seed]", "3")
+        page.fill("[data-testid=run-warmup_steps]", "1")
+        page.fill("[data-testid=run-checkpoint_every]", "2")
+        page.fill("[data-testid=run-keep_checkpoints]", "1")
+        page.select_option("[data-testid=run-lr_scheduler]", "cosine")
+        page.wait_for_function(VALID, timeout=20_000)
+        page.locator("[data-testid=submit-run]").scroll_into_view_if_needed()
+        screenshot(page, "dashboard-submit-run-fields")
+        page.click("[data-testid=submit-run]")
+        page.wait_for_url(re.compile(r".*#/runs/\d+$"), timeout=20_000)
+        run_id = int(page.url.rsplit("/", 1)[1])
+    run = api.get(f"/api/runs/{run_id}").json()["spec"]["run"]
+    assert run["model_path"] == str(directory.resolve())
+    assert (run["seed"], run["warmup_steps"], run["checkpoint_every"], run["keep_checkpoints"], run["lr_scheduler"]) \
+        == (3, 1, 2, 1, "cosine")
+    assert api.post(f"/api/runs/{run_id}/approve").status_code == 200
+    assert wait_for(api, run_id, {"succeeded"}, timeout_s=300)["last_step"] == 4
+    with chromium_page(height=1400) as page:  # keep_checkpoints 1: the save at step 4 is the one left
+        page.goto(f"{stack.url}/#/runs/{run_id}")
+        page.locator("[data-testid=checkpoint-stage0-4]").wait_for(timeout=20_000)
+        assert page.locator("[data-testid=run-checkpoints] tbody tr").count() == 1
+        page.locator("[data-testid=run-checkpoints]").scroll_into_view_if_needed()
+        screenshot(page, "dashboard-run-checkpoints")

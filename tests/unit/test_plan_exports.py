@@ -1,0 +1,89 @@
+"""The planner's exports load in the real libraries: the resolved DeepSpeed JSON in DeepSpeed's own
+`DeepSpeedConfig` at the plan's data-parallel world size, and each node's Accelerate YAML in Accelerate's loader."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from plan.launch import MAIN_NODE_PLACEHOLDER, exports
+from tests.plans import qwen_plan
+
+# sp 4 x dp 2 over two nodes of 4 GPUs, grad_accum 8: DeepSpeed's batch is 1 x 8 x 2 = 16
+TWO_NODES = qwen_plan() | {"hardware": {"gpu": "H100-80GB", "gpus_per_node": 4, "num_nodes": 2},
+                           "parallel": {"sp_size": 4, "dp_size": 2}}
+
+# DeepSpeedConfig reads the data-parallel world size from deepspeed.comm and the mpu (as under Ulysses): a
+# one-process gloo group with an mpu that answers the plan's dp degree, in a fresh interpreter.
+LOAD = textwrap.dedent("""
+    import json, os, sys
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[2], RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+    import deepspeed.comm as dist
+    from deepspeed.runtime.config import DeepSpeedConfig
+    dist.init_distributed(dist_backend="gloo", auto_mpi_discovery=False)
+    class Mpu:
+        def get_data_parallel_world_size(self):
+            return int(sys.argv[3])
+    try:
+        c = DeepSpeedConfig(json.loads(open(sys.argv[1]).read()), mpu=Mpu())
+    except Exception as e:
+        print(json.dumps({"error": f"{type(e).__name__}: {e}"}))
+    else:
+        print(json.dumps({"train_batch_size": c.train_batch_size, "zero_stage": c.zero_optimization_stage,
+                          "offload": c.zero_config.offload_optimizer is not None}))
+""")
+
+
+def load_in_deepspeed(tmp_path, text: str, dp: int) -> dict:
+    from worker.trainer.net import free_port
+
+    path = tmp_path / "ds.json"
+    path.write_text(text)
+    proc = subprocess.run([sys.executable, "-c", LOAD, str(path), str(free_port()), str(dp)], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_the_resolved_deepspeed_json_loads_in_deepspeed_and_the_trainer_variant_is_labelled(tmp_path):
+    x = exports(TWO_NODES)
+    loaded = load_in_deepspeed(tmp_path, x["deepspeed_json"], dp=2)
+    assert loaded == {"train_batch_size": 16, "zero_stage": 3, "offload": True}
+    assert "auto" not in x["deepspeed_json"]
+    # the Trainer variant keeps "auto" (Transformers fills it); DeepSpeed alone cannot read it, as the issue saw
+    assert '"auto"' in x["deepspeed_json_hf_trainer"]
+    assert "not supported between" in load_in_deepspeed(tmp_path, x["deepspeed_json_hf_trainer"], dp=2)["error"]
+
+
+def test_one_accelerate_yaml_per_node_loads_in_accelerate(tmp_path):
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    x = exports(TWO_NODES)
+    assert len(x["accelerate_yaml_per_node"]) == 2
+    for rank, text in enumerate(x["accelerate_yaml_per_node"]):
+        path = tmp_path / f"accelerate-node{rank}.yaml"
+        path.write_text(text)
+        config = load_config_from_file(str(path))
+        assert (config.machine_rank, config.num_machines, config.num_processes) == (rank, 2, 8)
+        assert (config.main_process_ip, config.main_process_port) == (MAIN_NODE_PLACEHOLDER, 29500)
+        assert config.deepspeed_config["deepspeed_multinode_launcher"] == "standard"
+        assert config.parallelism_config["parallelism_config_sp_size"] == 4
+
+
+def test_one_torchrun_line_per_node_and_the_plan_json(tmp_path):
+    x = exports(TWO_NODES)
+    lines = x["launch_commands_per_node"]
+    assert len(lines) == 2
+    for rank, line in enumerate(lines):
+        assert f"--node-rank {rank}" in line and f"--rdzv-endpoint ${MAIN_NODE_PLACEHOLDER}:29500" in line
+    assert json.loads(x["plan_json"])["parallel"] == {"sp_size": 4, "dp_size": 2}
+
+
+def test_a_single_node_needs_no_main_node_address():
+    x = exports(qwen_plan())
+    assert "main_process_ip" not in x["accelerate_yaml"] and len(x["launch_commands_per_node"]) == 1
+    assert "--standalone" in x["launch_commands_per_node"][0]
