@@ -4,11 +4,11 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
-FRONTEND_SRC := $(shell find frontend -path frontend/node_modules -prune -o -path frontend/dist -prune -o -type f -print 2>/dev/null)
+FRONTEND_SRC := $(shell find frontend -path frontend/node_modules -prune -o -path frontend/dist -prune -o -name openapi.json -prune -o -name schema.d.ts -prune -o -type f -print 2>/dev/null)
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test install frontend chromium clean
+.PHONY: run test install frontend chromium slurm clean lint gpu-check FORCE
 
 install: $(STAMP)
 
@@ -22,11 +22,21 @@ $(STAMP): pyproject.toml
 
 frontend: frontend/dist/index.html
 
-frontend/dist/index.html: $(FRONTEND_SRC)
+# The dashboard's TypeScript types are generated from the API's OpenAPI schema (which the plan model defines);
+# `ulab openapi --out` rewrites the file only when the schema changed, so an unchanged API rebuilds nothing.
+frontend/openapi.json: $(STAMP) FORCE
+	$(BIN)/ulab openapi --out $@
+
+frontend/dist/index.html: $(FRONTEND_SRC) frontend/openapi.json
 	cd frontend && npm ci --no-audit --no-fund --loglevel=error && npm run build
 
 chromium:
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
+
+# Debian's Slurm and munge for tests/integration/test_slurm.py, which starts its own one-node cluster (as root).
+slurm:
+	@(command -v sbatch && command -v slurmctld && command -v slurmd && command -v munged) >/dev/null 2>&1 || \
+	(apt-get update -qq && apt-get install -y -qq slurm-wlm munge >/dev/null)
 
 # Embedded defaults: SQLite database and SQLAlchemy broker transport under var/; CPU ranks for training.
 run: install frontend
@@ -38,10 +48,27 @@ run: install frontend
 	trap 'kill $$worker 2>/dev/null; wait $$worker 2>/dev/null' EXIT INT TERM; \
 	ULAB_API_URL=http://$(HOST):$(PORT) $(BIN)/ulab serve --no-migrate --host $(HOST) --port $(PORT)
 
-# The whole suite against the real services (PostgreSQL and Redis on 127.0.0.1, Chromium, torchrun).
-test: install frontend chromium
-	$(BIN)/python -m pytest -q -ra --durations=15; code=$$?; \
+# Lint (ruff: pyflakes, pycodestyle, import order, bugbear, pyupgrade) and types (mypy on plan/ and backend/).
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+# The whole suite against the real services (PostgreSQL and Redis on 127.0.0.1, Chromium, torchrun, Slurm).
+# Two pytest processes, each taking whole files (--dist loadfile): much of the suite waits on services, browsers
+# and faults it injects, so two sessions overlap on the 2 cores (each session has its own database, Redis
+# database and stack). TEST_JOBS=0 runs in one process.
+TEST_JOBS ?= 2
+test: lint install frontend chromium slurm
+	$(BIN)/python -m pytest -q -ra --durations=15 -n $(TEST_JOBS) --dist loadfile; code=$$?; \
 	if [ $$code -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$code
+
+# The GPU check, outside `make test` (bench/gpu_check.py): trainer runs on CUDA and the planner's memory model against
+# the allocator; without a CUDA device it says so and exits 0. On a bare GPU machine without network, pass the
+# folder `bash scripts/gpu_wheels.sh prepare DIR` filled elsewhere: `make gpu-check GPU_WHEELS=DIR`.
+GPU_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
+gpu-check:
+	@if [ -n "$(GPU_WHEELS)" ]; then bash scripts/gpu_wheels.sh check "$(GPU_WHEELS)"; \
+	else PYTHONPATH=$(CURDIR) $(GPU_PYTHON) bench/gpu_check.py; fi
 
 clean:
 	rm -rf $(VENV) frontend/node_modules frontend/dist var test-artifacts

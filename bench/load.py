@@ -133,7 +133,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=100, help="points per ingest request")
     ap.add_argument("--workers", type=int, default=1, help="API processes")
     args = ap.parse_args()
-    with postgres_database() as pg, redis_database(15) as broker, tempfile.TemporaryDirectory() as home:
+    with postgres_database() as pg, redis_database() as broker, tempfile.TemporaryDirectory() as home:
         stack = Stack(Path(home), pg, broker, worker=False)
         stack.api.cmd += ["--workers", str(args.workers)]
         stack.start()
@@ -142,7 +142,9 @@ def main() -> None:
                 plan_id = admin.post("/api/plans", json=tiny_plan()).json()["id"]
                 run_id = admin.post("/api/runs", json={"plan_id": plan_id,
                                                        "run": {"data": {"path": "/tmp/x"}}}).json()["id"]
-            worker_token = stack.token("worker")
+            # An admin imports points into a run that has not started (a worker token may write only the run it
+            # claimed, once started: backend/runs/service.py require_writable_run); the ingest path is the same.
+            ingest_token = stack.admin_token
             print(f"API at {stack.url} ({args.workers} uvicorn process(es), PostgreSQL); loopback only; the load "
                   f"generator runs on the same {os.cpu_count()} cores", flush=True)
 
@@ -158,7 +160,7 @@ def main() -> None:
             for name, token, make, think in [
                     ("POST /api/estimate, paced", stack.admin_token, estimate, args.think_ms / 1000),
                     ("POST /api/estimate", stack.admin_token, estimate, 0.0),
-                    (f"POST metrics x{args.batch}", worker_token, ingest, 0.0)]:
+                    (f"POST metrics x{args.batch}", ingest_token, ingest, 0.0)]:
                 asyncio.run(hammer(name, stack.url, token, make, args.clients, args.seconds, think, stack))
         finally:
             stack.stop()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from backend.planner import estimate, max_seq_len, sweep  # noqa: E402
+from plan import estimate, max_seq_len, sweep  # noqa: E402
 from tests.plans import alst_plan, qwen_plan  # noqa: E402
 
 PLAN = qwen_plan(seq_len=65536)
@@ -43,9 +43,11 @@ def main() -> int:
     report("estimate (Qwen3-4B, sp4, 64K)", timeit(lambda: estimate(PLAN), args.repeat), 2)
     report("estimate (Llama-8B, 32 GPUs, 4M, ALST)", timeit(lambda: estimate(ALST), args.repeat), 2)
     r = max_seq_len(PLAN)
-    report(f"max-context search (Qwen3-4B -> {r['max_seq_len']})", timeit(lambda: max_seq_len(PLAN), args.repeat // 4), 50)
+    report(f"max-context search (Qwen3-4B -> {r['max_seq_len']})",
+           timeit(lambda: max_seq_len(PLAN), args.repeat // 4), 50)
     r = max_seq_len(ALST)
-    report(f"max-context search (ALST 32 GPUs -> {r['max_seq_len']})", timeit(lambda: max_seq_len(ALST), args.repeat // 4), 50)
+    report(f"max-context search (ALST 32 GPUs -> {r['max_seq_len']})",
+           timeit(lambda: max_seq_len(ALST), args.repeat // 4), 50)
     report("sweep (defaults: sp x log-spaced seq grid)", timeit(lambda: sweep(PLAN, None, None), 10), None)
     return 0
 

@@ -27,7 +27,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=60)
     args = ap.parse_args()
-    with postgres_database() as pg, redis_database(12) as broker, tempfile.TemporaryDirectory() as home:
+    with postgres_database() as pg, redis_database() as broker, tempfile.TemporaryDirectory() as home:
         home = Path(home)
         corpus = write_corpus(home / "data" / "corpus.txt")
         stack = Stack(home, pg, broker).start()  # home is under /tmp, an allowed root of the test stack

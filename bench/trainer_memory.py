@@ -42,7 +42,7 @@ def run(tmp: Path, name: str, p: dict) -> dict:
                           text=True, timeout=900)
     if proc.returncode:
         raise SystemExit(f"{name} failed: {proc.stderr.strip().splitlines()[-1]}")
-    return [json.loads(l) for l in (rd / "metrics.jsonl").read_text().splitlines()][-1]
+    return [json.loads(line) for line in (rd / "metrics.jsonl").read_text().splitlines()][-1]
 
 
 def main() -> None:
@@ -59,15 +59,19 @@ def main() -> None:
         two = run(tmp, "sp2", plan(data, sp=2, seq_len=L))
         a1, a2 = one["peak_activations_gib"][0], max(two["peak_activations_gib"])
         print(f"SP scaling at seq_len {L} (hidden 64, 2 layers, 4 heads), measure: {one['memory_measure']}")
-        print(f"  one process : peak activations {a1 * 1024:8.2f} MiB, peak allocated {one['peak_allocated_gib'][0] * 1024:8.2f} MiB")
-        print(f"  SP=2 per rank: peak activations {a2 * 1024:8.2f} MiB, peak allocated {max(two['peak_allocated_gib']) * 1024:8.2f} MiB")
+        print(f"  one process : peak activations {a1 * 1024:8.2f} MiB, "
+              f"peak allocated {one['peak_allocated_gib'][0] * 1024:8.2f} MiB")
+        print(f"  SP=2 per rank: peak activations {a2 * 1024:8.2f} MiB, "
+              f"peak allocated {max(two['peak_allocated_gib']) * 1024:8.2f} MiB")
         print(f"  ratio SP=2 / one process (activations): {a2 / a1:.3f}   (target <= 0.6)")
         plain = run(tmp, "logits_plain", plan(data, sp=1, seq_len=L // 2, vocab=a.vocab))
         tiled = run(tmp, "logits_tiled", plan(data, sp=1, seq_len=L // 2, vocab=a.vocab, tiled_logits=True))
         p, q = plain["peak_allocated_gib"][0], tiled["peak_allocated_gib"][0]
         print(f"Tiled logits loss at seq_len {L // 2}, vocab {a.vocab}:")
-        print(f"  plain loss: peak allocated {p * 1024:8.2f} MiB (activations {plain['peak_activations_gib'][0] * 1024:.2f})")
-        print(f"  tiled loss: peak allocated {q * 1024:8.2f} MiB (activations {tiled['peak_activations_gib'][0] * 1024:.2f})")
+        print(f"  plain loss: peak allocated {p * 1024:8.2f} MiB "
+              f"(activations {plain['peak_activations_gib'][0] * 1024:.2f})")
+        print(f"  tiled loss: peak allocated {q * 1024:8.2f} MiB "
+              f"(activations {tiled['peak_activations_gib'][0] * 1024:.2f})")
         print(f"  ratio tiled / plain: {q / p:.3f};  loss plain {plain['loss']:.6f} vs tiled {tiled['loss']:.6f}")
         big = dict(hidden=64, inter=2048)
         mlp = run(tmp, "mlp_plain", plan(data, sp=1, seq_len=L, **big))

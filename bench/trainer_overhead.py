@@ -25,8 +25,9 @@ ULAB = Path(sys.executable).parent / "ulab"
 
 def make_plan(data: Path, steps: int, seq_len: int, track_memory: bool) -> dict:
     return {
-        "model": {"config": {"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
-                             "num_key_value_heads": 2, "intermediate_size": 688, "vocab_size": 4096,
+        "model": {"config": {"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 4,
+                             "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 688,
+                             "vocab_size": 4096,
                              "max_position_embeddings": 4096}},
         "hardware": {"gpu": "H100-80GB", "gpus_per_node": 2, "num_nodes": 1},
         "parallel": {"sp_size": 2, "dp_size": 1},
@@ -46,9 +47,9 @@ def train_seconds(tmp: Path, name: str, plan: dict, bare: bool) -> float:
                           capture_output=True, text=True, timeout=1800)
     if proc.returncode:
         raise SystemExit(f"{name} failed: {proc.stderr.strip().splitlines()[-1]}")
-    rows = [json.loads(l) for l in (rd / "stage_timings.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (rd / "stage_timings.jsonl").read_text().splitlines()]
     if not bare:
-        m = [json.loads(l) for l in (rd / "metrics.jsonl").read_text().splitlines()]
+        m = [json.loads(line) for line in (rd / "metrics.jsonl").read_text().splitlines()]
         ratios = sorted(x["metrics_overhead_s"] / x["step_time_s"] for x in m if x.get("metrics_overhead_s"))
         INSIDE[name.rsplit("_", 1)[0]] = ratios[len(ratios) // 2]
     return sum(r["train_s"] for r in rows)
@@ -78,7 +79,8 @@ def main() -> None:
         print(f"SP=2 on CPU, {a.steps} steps, seq_len {a.seq_len}, hidden 256, 4 layers; min of {a.repeat} runs")
         for name, _, _ in variants:
             s = best[name]
-            print(f"  {name:26s} {s:8.2f} s  ({s / a.steps * 1000:7.1f} ms/step)  overhead vs bare {100 * (s - base) / base:+6.2f}%")
+            print(f"  {name:26s} {s:8.2f} s  ({s / a.steps * 1000:7.1f} ms/step)  "
+                  f"overhead vs bare {100 * (s - base) / base:+6.2f}%")
         print("Time inside the metrics callback (all_gather + JSON line), median share of step time, measured in-run:")
         for k, v in INSIDE.items():
             print(f"  {k:26s} {100 * v:6.3f}%")
