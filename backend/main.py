@@ -12,6 +12,7 @@ from backend.api.headers import SecurityHeaders
 from backend.api.limits import RequestLimits
 from backend.auth.router import router as auth_router
 from backend.calibration.router import router as calibration_router
+from backend.core.logs import configure_service_logging
 from backend.core.settings import get_settings
 from backend.executors.base import slurm_configured
 from backend.metrics.router import router as metrics_router
@@ -40,6 +41,7 @@ def load_calibration_results() -> None:
 
 @asynccontextmanager
 async def lifespan(app: FastAPI):
+    configure_service_logging()
     await asyncio.to_thread(load_calibration_results)
     tasks = [asyncio.create_task(supervise_forever(get_settings()))]  # reaper + re-send of queued runs
     if slurm_configured():  # a GPU queue runs on Slurm: follow its jobs (backend/executors/slurm.py)

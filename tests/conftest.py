@@ -10,6 +10,13 @@ from tests.tiny import submit, tiny_plan, wait_for, write_corpus
 TRAINED_STEPS = 12
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _browser_closed_at_the_end():
+    """Pages share one Chromium per test process (tests/e2e/browser.py); it closes with the session."""
+    yield
+    browser.stop_browser()
+
+
 @pytest.fixture(scope="session")
 def pg_url():
     with postgres_database() as url:

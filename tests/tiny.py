@@ -59,3 +59,16 @@ def wait_for(client: httpx.Client, run_id: int, states: set[str], timeout_s: flo
             raise AssertionError(f"run {run_id} ended {run['state']}, waiting for {states}: {run.get('exit_reason')}")
         time.sleep(0.5)
     raise TimeoutError(f"run {run_id} still {run.get('state')} after {timeout_s}s, waiting for {states}")
+
+
+def trainer_pids(run_dir: str) -> list[int]:
+    """Processes whose command line names this run's directory (torchrun and its ranks)."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if run_dir.encode() in (d / "cmdline").read_bytes():
+                    pids.append(int(d.name))
+            except OSError:
+                pass
+    return pids

@@ -1,10 +1,11 @@
 """Debian's Chromium driven by Playwright (Playwright's own browser download is not possible here)."""
 from __future__ import annotations
 
+import atexit
 from contextlib import contextmanager
 from pathlib import Path
 
-from playwright.sync_api import sync_playwright
+from playwright.sync_api import Browser, Playwright, sync_playwright
 
 from tests.services import REPO
 
@@ -29,22 +30,42 @@ def sign_in_by_default(base_url: str, token: str) -> None:
     _default_sign_in = (base_url, token)
 
 
+_running: tuple[Playwright, Browser] | None = None
+
+
+def _browser() -> Browser:
+    """One Chromium per test process, started on first use and closed at exit: each page gets a fresh context
+    (its own cookies and storage), which isolates tests as a new browser would, without a browser start each."""
+    global _running
+    if _running is None or not _running[1].is_connected():
+        playwright = sync_playwright().start()
+        _running = (playwright, playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True))
+        atexit.register(stop_browser)
+    return _running[1]
+
+
+def stop_browser() -> None:
+    global _running
+    if _running is not None:
+        playwright, browser = _running
+        _running = None
+        browser.close()
+        playwright.stop()
+
+
 @contextmanager
 def chromium_page(width: int = 1280, height: int = 800, signed_in: bool = True, enforce_csp: bool = False):
     """A page in a fresh context. The dashboard's CSP forbids eval, which Playwright's string predicates use, so
     tests bypass it unless `enforce_csp` (tests/e2e/test_dashboard_headers.py checks the pages under it)."""
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        try:
-            context = browser.new_context(viewport={"width": width, "height": height}, bypass_csp=not enforce_csp)
-            if signed_in and _default_sign_in:
-                url, token = _default_sign_in
-                context.add_cookies([{"name": COOKIE, "value": token, "url": url, "httpOnly": True,
-                                      "sameSite": "Strict"}])
-            page = context.new_page()
-            yield page
-        finally:
-            browser.close()
+    context = _browser().new_context(viewport={"width": width, "height": height}, bypass_csp=not enforce_csp)
+    try:
+        if signed_in and _default_sign_in:
+            url, token = _default_sign_in
+            context.add_cookies([{"name": COOKIE, "value": token, "url": url, "httpOnly": True,
+                                  "sameSite": "Strict"}])
+        yield context.new_page()
+    finally:
+        context.close()
 
 
 def screenshot(page, name: str) -> Path:

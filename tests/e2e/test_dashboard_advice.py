@@ -40,7 +40,7 @@ def test_recommend_panel_and_use_this(api_server):
         summary = first.locator("b").first.inner_text()          # "sp 2 × dp 16, ZeRO-3, ..."
         sp = summary.split("sp ")[1].split(" ")[0]
         page.click("[data-testid=use-recommendation-0]")
-        page.wait_for_function(f"() => document.querySelector('[data-testid=input-sp_size]').value === '{sp}'",
+        page.wait_for_function(f"() => document.querySelector('[data-testid=input-sp_size]')?.value === '{sp}'",
                                timeout=20_000)
         page.wait_for_function(VALID, timeout=20_000)
         page.wait_for_function("() => document.querySelector('[data-testid=est-fits]')?.innerText === 'fits'",

@@ -45,5 +45,5 @@ def test_compare_two_runs(api_server, api, trained_run, corpus):
         n_grad = len(api.get(f"/api/runs/{trained_run['id']}/metrics",
                                params={"name": "grad_norm"}).json()["series"][0]["step"])
         page.wait_for_function("n => Number(document.querySelector('[data-testid=compare-chart]')"
-                               ".dataset.points) === n",
+                               "?.dataset.points) === n",
                                arg=n_grad, timeout=20_000)

@@ -24,7 +24,7 @@ def test_rows_keep_the_gpu_count_and_a_click_keeps_the_nodes(api_server):
         table.scroll_into_view_if_needed()
         screenshot(page, "dashboard-planner-max-context")
         page.click("[data-testid=max-context-sp-2]")
-        page.wait_for_function(f"{VALID} && document.querySelector('[data-testid=input-sp_size]').value === '2'",
+        page.wait_for_function(f"{VALID} && document.querySelector('[data-testid=input-sp_size]')?.value === '2'",
                                timeout=20_000)
         assert page.input_value("[data-testid=input-num_nodes]") == "2"
         assert page.input_value("[data-testid=input-gpus_per_node]") == "4"

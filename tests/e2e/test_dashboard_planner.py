@@ -27,7 +27,7 @@ def test_breakdown_changes_when_sp_size_changes(api_server):
 
         page.fill("[data-testid=input-sp_size]", "2")
         page.wait_for_function(
-            f"p => {VALID} && Number(document.querySelector('[data-testid=breakdown-bar]').dataset.peakGib) !== p",
+            f"p => {VALID} && Number(document.querySelector('[data-testid=breakdown-bar]')?.dataset.peakGib) !== p",
             arg=peak4, timeout=20_000)
         peak2, act2 = _peak(page), _gib(page, "activations")
         # Half the SP degree: each GPU holds twice the tokens, so activations and the peak grow.
@@ -80,7 +80,7 @@ def test_seq_len_suffix_and_export(api_server):
         before = _peak(page)
         page.fill("[data-testid=input-seq_len]", "128K")
         page.wait_for_function(
-            f"p => {VALID} && Number(document.querySelector('[data-testid=breakdown-bar]').dataset.peakGib) > p",
+            f"p => {VALID} && Number(document.querySelector('[data-testid=breakdown-bar]')?.dataset.peakGib) > p",
             arg=before, timeout=20_000)
         page.fill("[data-testid=input-seq_len]", "12x")
         page.locator("[data-testid='field-error-training.seq_len']").wait_for(timeout=5_000)
@@ -93,13 +93,13 @@ def test_seq_len_suffix_and_export(api_server):
         assert len(text.inner_text().strip()) > 10
         page.click("[data-testid=copy-deepspeed_json]")
         page.wait_for_function(
-            "() => { try { const c = JSON.parse(document.querySelector('[data-testid=export-text]').innerText);"
+            "() => { try { const c = JSON.parse(document.querySelector('[data-testid=export-text]')?.innerText);"
             " return typeof c === 'object' && c !== null; } catch { return false; } }", timeout=10_000)
         screenshot(page, "dashboard-planner-export")
 
         # A link carries the plan: opened in a fresh page it restores the form.
         page.click("[data-testid=copy-link]")
-        page.wait_for_function("document.querySelector('[data-testid=export-text]').innerText.includes('#/planner?plan=')",
+        page.wait_for_function("document.querySelector('[data-testid=export-text]')?.innerText.includes('#/planner?plan=')",
                                timeout=10_000)
         link = page.inner_text("[data-testid=export-text]").strip()
     with chromium_page() as page:
@@ -138,7 +138,7 @@ def test_example_plan_and_picking_a_max_context_row(api_server):
         row.wait_for(timeout=20_000)
         max1 = int(row.locator("[data-seq]").get_attribute("data-seq"))
         row.click()
-        page.wait_for_function(f"{VALID} && document.querySelector('[data-testid=input-sp_size]').value === '1'",
+        page.wait_for_function(f"{VALID} && document.querySelector('[data-testid=input-sp_size]')?.value === '1'",
                                timeout=20_000)
         seq_text = page.input_value("[data-testid=input-seq_len]")
         page.wait_for_function("document.querySelector('[data-testid=est-fits]')?.innerText === 'fits'", timeout=10_000)
@@ -159,7 +159,7 @@ def test_custom_gpu(api_server):
         assert page.input_value("[data-testid=input-gpu-memory_gib]") == "80"
         page.fill("[data-testid=input-gpu-memory_gib]", "40")
         page.wait_for_function(
-            f"{VALID} && document.querySelector('[data-testid=breakdown-bar]').dataset.capacityGib === '40'",
+            f"{VALID} && document.querySelector('[data-testid=breakdown-bar]')?.dataset.capacityGib === '40'",
             timeout=20_000)
         page.fill("[data-testid=input-gpu-bf16_dense_tflops]", "0")
         page.locator("[data-testid='field-error-hardware.gpu']").wait_for(timeout=10_000)

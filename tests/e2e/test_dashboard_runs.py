@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from tests.e2e.browser import chromium_page, screenshot
-from tests.tiny import submit, tiny_plan
+from tests.tiny import submit, tiny_plan, trainer_pids
 
 pytestmark = pytest.mark.slow
 
@@ -46,7 +46,7 @@ def test_submit_approve_and_watch_the_loss_chart_grow(api_server, api, corpus):
         page.fill("[data-testid=run-name]", name)
         page.fill("[data-testid=run-steps]", "40")
         page.fill("[data-testid=run-data]", str(corpus))
-        page.wait_for_function("document.querySelector('[data-testid=planner-results]').dataset.state === 'valid'",
+        page.wait_for_function("document.querySelector('[data-testid=planner-results]')?.dataset.state === 'valid'",
                                timeout=20_000)
         page.click("[data-testid=submit-run]")
 
@@ -60,19 +60,19 @@ def test_submit_approve_and_watch_the_loss_chart_grow(api_server, api, corpus):
 
         page.click(f"[data-testid=approve-{run_id}]")
         # The page updates from the stream alone (no reload): first points while running, more later.
-        page.wait_for_function("() => { const s = document.querySelector('[data-testid=run-state]').dataset.state;"
-                               " const n = Number(document.querySelector('[data-testid=loss-chart]').dataset.points);"
+        page.wait_for_function("() => { const s = document.querySelector('[data-testid=run-state]')?.dataset.state;"
+                               " const n = Number(document.querySelector('[data-testid=loss-chart]')?.dataset.points);"
                                " return s === 'running' && n >= 1; }", timeout=240_000)
         first = _points(page)
-        page.wait_for_function("n => Number(document.querySelector('[data-testid=loss-chart]').dataset.points) > n",
+        page.wait_for_function("n => Number(document.querySelector('[data-testid=loss-chart]')?.dataset.points) > n",
                                arg=first, timeout=120_000)
         screenshot(page, "dashboard-run-live")
-        page.wait_for_function("document.querySelector('[data-testid=run-state]').dataset.state === 'succeeded'",
+        page.wait_for_function("document.querySelector('[data-testid=run-state]')?.dataset.state === 'succeeded'",
                                timeout=300_000)
         loss = api.get(f"/api/runs/{run_id}/metrics", params={"name": "loss"}).json()
         n = len(loss["series"][0]["step"])
         assert n >= 40 - 1
-        page.wait_for_function("n => Number(document.querySelector('[data-testid=loss-chart]').dataset.points) === n",
+        page.wait_for_function("n => Number(document.querySelector('[data-testid=loss-chart]')?.dataset.points) === n",
                                arg=n, timeout=20_000)
         assert _points(page, "memory-chart") >= n  # one line per rank
         # a CPU run is labelled as CPU ranks, and the plan's H100 predictions are not drawn (issue 18)
@@ -97,21 +97,27 @@ def test_cancel_a_running_run_from_its_page(api_server, api, corpus):
             " return (s === 'running' && n >= 2) || ['succeeded', 'failed', 'oom', 'cancelled', 'lost'].includes(s); }",
             timeout=240_000)
         assert _state(page) == "running", api.get(f"/api/runs/{run['id']}").json()
+        assert len(trainer_pids(f"run-{run['id']}/")) >= 3, "torchrun and two ranks should be running"
         page.click(f"[data-testid=cancel-{run['id']}]")
         page.click(f"[data-testid=confirm-cancel-{run['id']}]")
-        page.wait_for_function("document.querySelector('[data-testid=run-state]').dataset.state === 'cancelled'",
+        cancelled_at = time.monotonic()
+        page.wait_for_function("document.querySelector('[data-testid=run-state]')?.dataset.state === 'cancelled'",
                                timeout=60_000)
         screenshot(page, "dashboard-run-cancelled")
-        assert api.get(f"/api/runs/{run['id']}").json()["state"] == "cancelled"
+        final = api.get(f"/api/runs/{run['id']}").json()
+        assert final["state"] == "cancelled" and final["exit_reason"] == "cancelled by request"
+        while trainer_pids(f"run-{run['id']}/") and time.monotonic() - cancelled_at < 15:
+            time.sleep(0.2)
+        assert trainer_pids(f"run-{run['id']}/") == [], "trainer processes still alive 15 s after cancel"
 
         # An approver may retry it: the next attempt of the same run is queued, then cancelled again.
         page.click(f"[data-testid=retry-{run['id']}]")
         page.wait_for_function("['queued', 'starting', 'running'].includes("
-                               "document.querySelector('[data-testid=run-state]').dataset.state)", timeout=20_000)
+                               "document.querySelector('[data-testid=run-state]')?.dataset.state)", timeout=20_000)
         assert api.get(f"/api/runs/{run['id']}").json()["attempt"] == 2
         page.click(f"[data-testid=cancel-{run['id']}]")
         page.click(f"[data-testid=confirm-cancel-{run['id']}]")
-        page.wait_for_function("document.querySelector('[data-testid=run-state]').dataset.state === 'cancelled'",
+        page.wait_for_function("document.querySelector('[data-testid=run-state]')?.dataset.state === 'cancelled'",
                                timeout=60_000)
 
 
@@ -128,7 +134,7 @@ def test_runs_table_cancel_filter_and_widths(api_server, api, corpus):
 
         # Filter by text and state narrows the table.
         page.fill("[data-testid=runs-filter-text]", run["name"])
-        page.wait_for_function("() => document.querySelector('[data-testid=runs-table]').dataset.count === '1'",
+        page.wait_for_function("() => document.querySelector('[data-testid=runs-table]')?.dataset.count === '1'",
                                timeout=10_000)
         page.fill("[data-testid=runs-filter-text]", "")
         page.select_option("[data-testid=runs-filter-state]", "succeeded")
@@ -179,5 +185,5 @@ def test_approving_a_run_that_does_not_fit_asks_for_force(api_server, api, corpu
         assert api.get(f"/api/runs/{rid}").json()["state"] == "pending_approval"
         page.click(f"[data-testid=cancel-{rid}]")
         page.click(f"[data-testid=confirm-cancel-{rid}]")
-        page.wait_for_function("document.querySelector('[data-testid=run-state]').dataset.state === 'cancelled'",
+        page.wait_for_function("document.querySelector('[data-testid=run-state]')?.dataset.state === 'cancelled'",
                                timeout=20_000)

@@ -1,6 +1,7 @@
 """The planner's submit form in Chromium: it keeps a loaded example's run fields (checkpoint_every), offers
 model_path, seed, warmup, the LR schedule and checkpoint settings, and a run submitted from it with a checkpoint
-under the models root (ULAB_MODELS_DIR) trains from that checkpoint to succeeded."""
+under the models root (ULAB_MODELS_DIR) trains from that checkpoint (its weights and its tokenizer, through
+from_pretrained) to succeeded, and lists the checkpoint it kept."""
 import json
 import re
 
@@ -12,7 +13,7 @@ from tests.e2e.test_dashboard_runs import _fill_tiny_plan
 from tests.tiny import wait_for
 
 pytestmark = pytest.mark.slow
-VALID = "document.querySelector('[data-testid=planner-results]').dataset.state === 'valid'"
+VALID = "document.querySelector('[data-testid=planner-results]')?.dataset.state === 'valid'"
 
 
 def test_a_loaded_example_keeps_its_checkpoint_every(api_server):
@@ -52,6 +53,12 @@ def test_submit_from_the_form_with_a_checkpoint_under_the_models_root(stack, api
         == (3, 1, 2, 1, "cosine")
     assert api.post(f"/api/runs/{run_id}/approve").status_code == 200
     assert wait_for(api, run_id, {"succeeded"}, timeout_s=300)["last_step"] == 4
+    # the trainer tokenized with the checkpoint's own tokenizer: model_path reached from_pretrained
+    data = json.loads((stack.home / "runs" / f"run-{run_id}" / "data" / "stage0.json").read_text())
+    assert data["tokenizer"] == f"hf:{directory.resolve()}"
+    # the checkpoint list reads the run directory: keep_checkpoints (1) of the saves at steps 2 and 4
+    listed = api.get(f"/api/runs/{run_id}/checkpoints").json()
+    assert [(c["stage"], c["step"]) for c in listed] == [("stage0", 4)] and listed[0]["bytes"] > 0
     with chromium_page(height=1400) as page:  # keep_checkpoints 1: the save at step 4 is the one left
         page.goto(f"{stack.url}/#/runs/{run_id}")
         page.locator("[data-testid=checkpoint-stage0-4]").wait_for(timeout=20_000)

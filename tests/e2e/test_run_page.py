@@ -17,7 +17,7 @@ def test_run_page_shows_the_loss_curve_of_a_trained_run(stack, api, trained_run)
         chart = page.locator("[data-testid=loss-chart]")
         chart.wait_for(timeout=20_000)
         page.wait_for_function(
-            "n => Number(document.querySelector('[data-testid=loss-chart]').dataset.points) >= n",
+            "n => Number(document.querySelector('[data-testid=loss-chart]')?.dataset.points) >= n",
             arg=n_points, timeout=20_000)
         assert int(chart.get_attribute("data-points")) == n_points
         assert page.locator("[data-testid=run-state]").inner_text().strip().lower() == "succeeded"

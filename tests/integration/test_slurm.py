@@ -14,10 +14,9 @@ import httpx
 import pytest
 
 from tests.e2e.browser import COOKIE, chromium_page
-from tests.integration.test_run_flow import trainer_pids
 from tests.services import Stack, postgres_database, wait_http
 from tests.slurm_cluster import missing, slurm_cluster
-from tests.tiny import submit, tiny_plan, wait_for
+from tests.tiny import submit, tiny_plan, trainer_pids, wait_for
 from worker.trainer.attempt import metrics_files
 
 pytestmark = pytest.mark.slow
@@ -192,7 +191,7 @@ def test_bad_partition_override_is_refused_naming_the_field(api, corpus):
 def test_requeue_resumes_from_the_checkpoint_with_no_step_lost_or_repeated(slurm_stack, cluster, api, corpus):
     """`scontrol requeue` stands in for a preemption: SIGTERM (the trainer checkpoints), the job goes back to
     PENDING under the same id, the attempt is lost, and the next attempt resumes in the same job."""
-    steps = 60
+    steps = 40
     plan_id = api.post("/api/plans", json=tiny_plan(sp_size=2)).json()["id"]
     run = api.post("/api/runs", json={"plan_id": plan_id, "name": "requeued", "max_retries": 1, "run": {
         "steps": steps, "checkpoint_every": 1000, "data": {"path": str(corpus)}}}).json()

@@ -23,7 +23,8 @@ from worker.trainer.attempt import ATTEMPT_ENV, RUN_LOCK_ENV, lock_file, metrics
 
 pytestmark = pytest.mark.slow
 LONG = 1500  # runs that are struck early and never finish
-REPRO_STEPS = 300  # the reproduction trains to the end: long enough to be struck mid-run, short enough for CI
+REPRO_STEPS = 120  # the reproduction trains to the end: long enough to be struck mid-run, short enough for CI
+REPRO_KILL_AT, REPRO_CHECKPOINT_EVERY = 40, 25
 LOST_AFTER_S = 8
 
 
@@ -123,7 +124,7 @@ def test_a_new_attempt_stops_the_one_still_in_the_run_dir_and_keeps_its_lines(tm
     """Attempt 1 trains on (an orphan nobody stopped); attempt 2 starts in the same directory: it stops every
     process of attempt 1 before it trains, resumes from the checkpoint attempt 1 saved on SIGTERM, and writes
     a file of its own, so attempt 1's lines stay and together they cover every step once."""
-    steps = 150  # attempt 2 stops it at about step 10, then trains the rest
+    steps = 60  # attempt 2 stops it at about step 10, then trains the rest
     plan = make_plan(tmp_path / "plan.json", documents, sp=2, steps=steps, checkpoint_every=50, keep_checkpoints=1)
     run_dir, log = tmp_path / "run", tmp_path / "train.log"
     first = start_train(plan, run_dir, log, "--attempt", "1")
@@ -198,15 +199,16 @@ def stored_steps(stack: Stack, run_id: int, name: str = "loss") -> list[int]:
 
 
 def test_worker_sigkill_mid_run_stops_its_trainer_and_the_retry_stores_every_step(stack, corpus):
-    """The issue's reproduction (1,500 steps, kill -9 at about step 120), scaled to 300 steps and step 60 to keep
-    `make test` short (the same run shape: max_retries=1, checkpoints every 50, killed mid-run between two of them),
+    """The issue's reproduction (1,500 steps, kill -9 at about step 120), scaled to 120 steps and step 40 to keep
+    `make test` short (the same run shape: max_retries=1, checkpoints every 25, killed mid-run between two of them),
     then a new worker. Every process of attempt 1 is gone within seconds (the trainer gets SIGTERM when the worker
     dies and stops its ranks, which save a checkpoint); the reaper marks the run lost and queues attempt 2, which
-    resumes in the same directory; never are two attempts alive at once; all 300 steps are stored."""
+    resumes in the same directory from a checkpoint (step 1 trained once, fewer steps than a checkpoint interval
+    trained twice); never are two attempts alive at once; all 120 steps are stored once."""
     steps = REPRO_STEPS
-    run, run_dir = submit_long(stack, corpus, "worker-killed", steps=steps, checkpoint_every=50, keep_checkpoints=2,
-                               max_retries=1)
-    wait_stored_step(stack, run["id"], 60)
+    run, run_dir = submit_long(stack, corpus, "worker-killed", steps=steps,
+                               checkpoint_every=REPRO_CHECKPOINT_EVERY, keep_checkpoints=2, max_retries=1)
+    wait_stored_step(stack, run["id"], REPRO_KILL_AT)
     watch = AttemptWatch(run_dir)
     watch.start()
     try:
@@ -216,16 +218,30 @@ def test_worker_sigkill_mid_run_stops_its_trainer_and_the_retry_stores_every_ste
         stack.worker.proc.wait()
         took = seconds_until_gone(list(attempt_one), 60)
         assert took is not None, f"processes of attempt 1 still alive: {run_processes(run_dir)}"
+        end = time.monotonic() + LOST_AFTER_S + 30  # the reaper marks attempt 1 lost and queues attempt 2
+        while not (lost := stack.api_client.get(f"/api/runs/{run['id']}").json())["attempts"]:
+            assert time.monotonic() < end, f"the run was not marked lost: {lost}"
+            time.sleep(0.5)
+        assert lost["attempts"][0]["state"] == "lost", lost
+        assert lost["state"] == "queued" and lost["attempt"] == 2  # a retry is left
         stack.worker.start()
         stack.wait_worker_ready()
         done = wait_for(stack.api_client, run["id"], {"succeeded"}, timeout_s=900)
     finally:
         watch.stop()
+        if stack.worker.proc.poll() is not None:  # failed before the restart: the next tests need a worker
+            stack.worker.start()
     assert [a["state"] for a in done["attempts"]] == ["lost", "succeeded"]
     assert stored_steps(stack, run["id"]) == list(range(1, steps + 1))
     assert stored_steps(stack, run["id"], "grad_norm") == list(range(1, steps + 1))
     assert watch.most == 1 and watch.seen == {"1", "2"}, "two attempts were alive at once"
-    assert [f.name for f in metrics_files(run_dir)] == ["metrics.jsonl", "metrics.attempt-2.jsonl"]
+    files = metrics_files(run_dir)
+    assert [f.name for f in files] == ["metrics.jsonl", "metrics.attempt-2.jsonl"]
+    lines = [json.loads(x) for f in files for x in f.read_text().splitlines() if x.strip()]
+    assert sum(x["step"] == 1 for x in lines) == 1, "attempt 2 started from scratch instead of a checkpoint"
+    redone = len(lines) - steps
+    assert 0 <= redone < REPRO_CHECKPOINT_EVERY, f"{redone} steps trained twice"
+    assert done["attempts"][0]["last_step"] < steps, "attempt 1 finished before its worker was killed"
     assert run_processes(run_dir) == {}
     print(f"worker SIGKILL -> no process of attempt 1 left: {took:.1f} s")
 
