@@ -6,7 +6,7 @@ from fastapi import APIRouter, Header, Query
 import plan as planner
 from backend.api.deps import Approver, Reader, RowId, SessionDep, Submitter
 from backend.runs import service
-from backend.runs.schemas import CheckpointOut, LogOut, RunCreate, RunLabels, RunOut
+from backend.runs.schemas import CheckpointOut, EventOut, LogOut, RunCreate, RunLabels, RunOut
 from backend.runs.states import RunState
 from plan.results import Fix
 
@@ -66,6 +66,12 @@ def retry_run(run_id: RowId, session: SessionDep, _: Approver) -> RunOut:
 @router.get("/{run_id}/log")
 def run_log(run_id: RowId, session: SessionDep, _: Reader, lines: int = Query(200, ge=1, le=5000)) -> LogOut:
     return LogOut(lines=service.log_tail(service.get_run(session, run_id), lines))
+
+
+@router.get("/{run_id}/events")
+def run_events(run_id: RowId, session: SessionDep, _: Reader) -> list[EventOut]:
+    """The run's timeline, oldest first: submitted, approved, attempts started and ended, alerts."""
+    return [EventOut(**e) for e in service.events(service.get_run(session, run_id))]
 
 
 @router.get("/{run_id}/checkpoints")

@@ -47,6 +47,17 @@ class AlertOut(BaseModel):
     created_at: datetime
 
 
+class EventOut(BaseModel):
+    """One entry of a run's timeline (GET /api/runs/{id}/events)."""
+    at: datetime
+    kind: str = Field(description="submitted | approved | attempt_started | attempt_ended | alert")
+    attempt: int | None = None
+    step: int | None = None
+    state: str | None = Field(None, description="attempt_ended: how the attempt ended")
+    message: str = ""
+    stopped: bool = Field(False, description="alert: the rule stopped the run")
+
+
 class RunOut(BaseModel):
     id: int
     name: str

@@ -218,3 +218,26 @@ def checkpoints(run: Run) -> list[dict]:
 
 def log_tail(run: Run, lines: int) -> list[str]:
     return tail_lines(Path(run.run_dir) / "train.log", lines) if run.run_dir else []
+
+
+def events(run: Run) -> list[dict]:
+    """The run's timeline, oldest first: submitted, approved, each attempt's start and end, and the alerts raised
+    at metric ingest (backend/metrics/alerts.py), with the step and whether the rule stopped the run."""
+    out: list[dict] = [{"at": run.created_at, "kind": "submitted", "message": run.name or ""}]
+    if run.approved_at is not None:
+        out.append({"at": run.approved_at, "kind": "approved",
+                    "message": "approved past the estimate (forced)" if run.forced else ""})
+    ended = {a.attempt for a in run.attempts}
+    for a in run.attempts:
+        if a.started_at is not None:
+            out.append({"at": a.started_at, "kind": "attempt_started", "attempt": a.attempt, "message": a.worker or ""})
+        if a.finished_at is not None:
+            out.append({"at": a.finished_at, "kind": "attempt_ended", "attempt": a.attempt, "step": a.last_step,
+                        "state": a.state, "message": a.exit_reason or ""})
+    if run.started_at is not None and run.attempt not in ended:  # the attempt under way
+        out.append({"at": run.started_at, "kind": "attempt_started", "attempt": run.attempt,
+                    "message": run.worker or ""})
+    for alert in run.alerts:
+        out.append({"at": alert.created_at, "kind": "alert", "step": alert.step, "message": alert.message,
+                    "stopped": alert.stopped})
+    return sorted(out, key=lambda e: transitions.as_utc(e["at"]))

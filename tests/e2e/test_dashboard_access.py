@@ -1,4 +1,5 @@
-"""Sign-in in Chromium: the token link `make run` prints, the sign-in form, and actions shown by role."""
+"""Sign-in in Chromium: the token link `make run` prints (a right one after a wrong one too), the sign-in form, and
+actions shown by role."""
 import pytest
 
 from tests.e2e.browser import chromium_page, screenshot
@@ -26,6 +27,17 @@ def test_sign_in_link_and_banner(stack):
         page.wait_for_url("**#/signin", timeout=10_000)
         page.goto(f"{stack.url}/#/runs")
         page.locator("[data-testid=signin-banner]").wait_for(timeout=20_000)
+
+
+def test_a_right_link_after_a_wrong_one_in_the_same_tab_signs_in(stack):
+    """The hash changes, the page does not reload: the sign-in page must try the second link's token too."""
+    with chromium_page(signed_in=False) as page:
+        page.goto(f"{stack.url}/#/signin?token=ulab_wrong&next=/runs")
+        page.locator("[data-testid=signin-error]").wait_for(timeout=20_000)
+        page.goto(f"{stack.url}/#/signin?token={stack.admin_token}&next=/runs")
+        page.wait_for_url("**#/runs", timeout=20_000)
+        page.locator("[data-testid=whoami]").wait_for(timeout=10_000)
+        assert page.locator("[data-testid=whoami]").get_attribute("data-role") == "admin"
 
 
 def test_a_viewer_sees_no_actions_and_a_bad_token_is_refused(stack, api, corpus):

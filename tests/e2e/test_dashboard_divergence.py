@@ -1,5 +1,6 @@
 """The issue's reproduction: a real CPU run at lr=10 diverges; the alert raised at ingest stops it
-(run.stop_on_divergence) with its reason, shown on the run page and as a badge in the runs list."""
+(run.stop_on_divergence) with its reason, shown on the run page, as a badge in the runs list and in the run's
+timeline (GET /api/runs/{id}/events)."""
 import pytest
 
 from tests.e2e.browser import chromium_page, screenshot
@@ -19,6 +20,13 @@ def test_a_run_at_lr_10_is_stopped_and_says_why(stack, api, corpus):
     assert set(kinds) <= {"loss_diverged", "loss_nan", "grad_norm_nan"} and any(a["stopped"] for a in done["alerts"])
     loss = api.get(f"/api/runs/{run['id']}/metrics", params={"name": "loss"}).json()["series"][0]
     assert max(loss["max"]) > 10 * min(loss["min"])  # the diverged points are stored and charted
+    # the timeline (GET /api/runs/{id}/events): submitted, approved, started, the stopping alert, then the end
+    events = api.get(f"/api/runs/{run['id']}/events").json()
+    assert [e["kind"] for e in events][:3] == ["submitted", "approved", "attempt_started"], events
+    alert = next(e for e in events if e["kind"] == "alert" and e["stopped"])
+    end = events[-1]
+    assert end["kind"] == "attempt_ended" and end["state"] == "cancelled" and end["message"] == done["exit_reason"]
+    assert events.index(alert) < events.index(end) and alert["step"] <= end["step"]
     print("lr=10:", done["exit_reason"], "last step", done["last_step"], kinds)
     with chromium_page(height=1000) as page:
         page.goto(f"{stack.url}/#/runs/{run['id']}")

@@ -10,7 +10,7 @@ export function SignIn({ query }: { query: URLSearchParams }) {
   const [error, setError] = useState("");
   const [busy, setBusy] = useState(false);
   const next = query.get("next") || "/planner";
-  const tried = useRef(false);
+  const tried = useRef<string | null>(null);  // the last link token tried
 
   const signIn = async (t: string) => {
     setBusy(true);
@@ -26,16 +26,18 @@ export function SignIn({ query }: { query: URLSearchParams }) {
     }
   };
 
-  // A link with ?token= (what `make run` prints) signs in at once; the token leaves the address bar.
+  // A link with ?token= (what `make run` prints) signs in at once; the token leaves the address bar. Keyed on the
+  // token: a second link opened in the same tab (the hash changes, the page stays) is tried too, e.g. the right
+  // link after a wrong one.
+  const linkToken = query.get("token");
   useEffect(() => {
-    const t = query.get("token");
-    if (t && !tried.current) {
-      tried.current = true;
+    if (linkToken && tried.current !== linkToken) {
+      tried.current = linkToken;
       window.history.replaceState(null, "", `${window.location.pathname}#/signin?next=${encodeURIComponent(next)}`);
-      signIn(t);
+      signIn(linkToken);
     }
     // eslint-disable-next-line react-hooks/exhaustive-deps
-  }, []);
+  }, [linkToken]);
 
   return (
     <div className="signin card" data-testid="signin-page">
