@@ -8,7 +8,7 @@ FRONTEND_SRC := $(shell find frontend -path frontend/node_modules -prune -o -pat
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test install frontend chromium slurm clean lint gpu-check FORCE
+.PHONY: run test install frontend chromium slurm ds-ops clean lint gpu-check FORCE
 
 install: $(STAMP)
 
@@ -38,6 +38,13 @@ slurm:
 	@(command -v sbatch && command -v slurmctld && command -v slurmd && command -v munged) >/dev/null 2>&1 || \
 	(apt-get update -qq && apt-get install -y -qq slurm-wlm munge >/dev/null)
 
+# DeepSpeed's C++ ops that CPU ranks JIT-build on first use (CPU Adam for offloaded optimizer states; the shared-memory
+# collectives of its CPU backend): built once into ~/.cache/torch_extensions, the cache the trainer's ranks load from.
+ds-ops: install
+	$(BIN)/python -c "from deepspeed.accelerator import get_accelerator as acc; \
+	builders = [acc().create_op_builder(n) for n in ('CPUAdamBuilder', 'ShareMemCommBuilder')]; \
+	[b.load(verbose=False) for b in builders if b is not None and b.is_compatible()]"
+
 # Embedded defaults: SQLite database and SQLAlchemy broker transport under var/; CPU ranks for training.
 run: install frontend
 	$(BIN)/ulab migrate
@@ -54,11 +61,13 @@ lint: install
 	$(BIN)/mypy
 
 # The whole suite against the real services (PostgreSQL and Redis on 127.0.0.1, Chromium, torchrun, Slurm).
-# Two pytest processes, each taking whole files (--dist loadfile): much of the suite waits on services, browsers
-# and faults it injects, so two sessions overlap on the 2 cores (each session has its own database, Redis
-# database and stack). TEST_JOBS=0 runs in one process.
-TEST_JOBS ?= 2
-test: lint install frontend chromium slurm
+# Lint, the dashboard build and DeepSpeed's ops build side by side first. Then three pytest processes, each taking
+# whole files (--dist loadfile): much of the suite waits on services, browsers and the faults it injects, so the
+# sessions overlap on the 2 cores (each has its own database, Redis database and stack; trained layouts of the
+# trainer tests are shared, tests/integration/trainer_runs.py). TEST_JOBS=0 runs in one process.
+TEST_JOBS ?= 3
+test: install chromium slurm
+	$(MAKE) --no-print-directory -j3 lint frontend ds-ops
 	$(BIN)/python -m pytest -q -ra --durations=15 -n $(TEST_JOBS) --dist loadfile; code=$$?; \
 	if [ $$code -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$code
 
