@@ -61,11 +61,12 @@ lint: install
 	$(BIN)/mypy
 
 # The whole suite against the real services (PostgreSQL and Redis on 127.0.0.1, Chromium, torchrun, Slurm).
-# Lint, the dashboard build and DeepSpeed's ops build side by side first. Then three pytest processes, each taking
-# whole files (--dist loadfile): much of the suite waits on services, browsers and the faults it injects, so the
-# sessions overlap on the 2 cores (each has its own database, Redis database and stack; trained layouts of the
-# trainer tests are shared, tests/integration/trainer_runs.py). TEST_JOBS=0 runs in one process.
-TEST_JOBS ?= 3
+# Lint, the dashboard build and DeepSpeed's ops build side by side first. Then two pytest processes, each taking
+# whole files (--dist loadfile): much of the suite waits on services, browsers and the faults it injects, so two
+# sessions keep both cores busy (each has its own database, Redis database and stack; trained layouts of the
+# trainer tests are shared, tests/integration/trainer_runs.py). More processes do not help: the cores are ~98%
+# busy with two, and each process adds its own stack and trained run. TEST_JOBS=0 runs in one process.
+TEST_JOBS ?= 2
 test: install chromium slurm
 	$(MAKE) --no-print-directory -j3 lint frontend ds-ops
 	$(BIN)/python -m pytest -q -ra --durations=15 -n $(TEST_JOBS) --dist loadfile; code=$$?; \

@@ -10,7 +10,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_a_run_at_lr_10_is_stopped_and_says_why(stack, api, corpus):
-    run = submit(api, tiny_plan(sp_size=2), {"steps": 200, "learning_rate": 10.0, "checkpoint_every": 0,
+    run = submit(api, tiny_plan(sp_size=1), {"steps": 200, "learning_rate": 10.0, "checkpoint_every": 0,
                                              "stop_on_divergence": True, "data": {"path": str(corpus)}},
                  name="lr-10")
     done = wait_for(api, run["id"], {"cancelled"}, timeout_s=400)

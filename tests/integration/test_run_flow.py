@@ -65,7 +65,7 @@ def test_same_flow_on_embedded_defaults(tmp_path, corpus):
     try:
         assert not os.environ.get("ULAB_DATABASE_URL")
         with s.client() as api:
-            run = submit(api, tiny_plan(sp_size=2), {"steps": 10, "data": {"path": str(corpus)}}, name="embedded")
+            run = submit(api, tiny_plan(sp_size=1), {"steps": 10, "data": {"path": str(corpus)}}, name="embedded")
             run = wait_for(api, run["id"], {"succeeded"}, timeout_s=300)
             assert len(loss_points(api, run["id"])) >= 10
         assert (tmp_path / "embedded" / "ulab.db").is_file() and (tmp_path / "embedded" / "broker.db").is_file()

@@ -192,7 +192,7 @@ def test_requeue_resumes_from_the_checkpoint_with_no_step_lost_or_repeated(slurm
     """`scontrol requeue` stands in for a preemption: SIGTERM (the trainer checkpoints), the job goes back to
     PENDING under the same id, the attempt is lost, and the next attempt resumes in the same job."""
     steps = 40
-    plan_id = api.post("/api/plans", json=tiny_plan(sp_size=2)).json()["id"]
+    plan_id = api.post("/api/plans", json=tiny_plan(sp_size=1)).json()["id"]
     run = api.post("/api/runs", json={"plan_id": plan_id, "name": "requeued", "max_retries": 1, "run": {
         "steps": steps, "checkpoint_every": 1000, "data": {"path": str(corpus)}}}).json()
     run = api.post(f"/api/runs/{run['id']}/approve").json()
