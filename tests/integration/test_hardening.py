@@ -4,6 +4,9 @@ PostgreSQL's json type takes the escape "\\ud800", so the row was committed and 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -71,9 +74,16 @@ def test_a_data_path_made_a_symlink_out_of_the_roots_is_refused_when_the_worker_
 
     later = tmp_path / "later"  # under the stack's allowed root (the temp directory), and absent at submit
     run = submit(api, tiny_plan(), {"steps": 2, "data": {"path": str(later / "sample.txt")}}, approve=False)
-    later.symlink_to(REPO / "examples" / "data", target_is_directory=True)  # outside the allowed roots
-    assert api.post(f"/api/runs/{run['id']}/approve").status_code == 200
-    done = wait_for(api, run["id"], {"failed"}, timeout_s=120)
+    # a directory outside the allowed roots (not the repository: a clone may sit under the temp directory)
+    outside = Path.home() / ".cache" / f"ulab-outside-roots-{run['id']}-{os.getpid()}"
+    outside.mkdir(parents=True)
+    try:
+        shutil.copy(REPO / "examples" / "data" / "sample.txt", outside / "sample.txt")
+        later.symlink_to(outside, target_is_directory=True)
+        assert api.post(f"/api/runs/{run['id']}/approve").status_code == 200
+        done = wait_for(api, run["id"], {"failed"}, timeout_s=120)
+    finally:
+        shutil.rmtree(outside, ignore_errors=True)
     assert done["exit_reason"].startswith("refused when claimed: run.data.path: "), done["exit_reason"]
 
 
