@@ -38,6 +38,7 @@ def _browser() -> Browser:
     (its own cookies and storage), which isolates tests as a new browser would, without a browser start each."""
     global _running
     if _running is None or not _running[1].is_connected():
+        stop_browser()  # a browser that went away: its Playwright driver goes too
         playwright = sync_playwright().start()
         _running = (playwright, playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True))
         atexit.register(stop_browser)
@@ -49,7 +50,8 @@ def stop_browser() -> None:
     if _running is not None:
         playwright, browser = _running
         _running = None
-        browser.close()
+        if browser.is_connected():
+            browser.close()
         playwright.stop()
 
 
