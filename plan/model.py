@@ -153,6 +153,18 @@ class RunSection(Section):
                                                                     "its minimum over the first 10 steps")
     stop_on_nan: bool = Field(True, description="Stop the run (with a checkpoint) when loss or grad norm is NaN/Inf")
     stop_on_divergence: bool = Field(False, description="Stop the run (with a checkpoint) when the loss diverged")
+    # A spike of 10x the recent median is far outside the step-to-step spread of a healthy run's grad norm (which
+    # clipping at max_grad_norm hides from the update, not from the measurement).
+    grad_norm_factor: float = Field(10.0, gt=1, le=1e6, description="Alert when the grad norm exceeds this many "
+                                                                    "times its median over the last 100 steps")
+    stop_on_grad_norm: bool = Field(False, description="Stop the run (with a checkpoint) when the grad norm exploded")
+    throughput_floor: float = Field(0.5, gt=0, lt=1, description="Alert when tokens/s stays below this fraction of "
+                                                                 "the run's median for 5 steps in a row")
+    stop_on_throughput: bool = Field(False, description="Stop the run (with a checkpoint) when tokens/s dropped")
+    # 30 min: a step of a large model at 1M tokens takes minutes, and the first step waits for the model to load.
+    stall_after_s: float = Field(1800.0, gt=0, le=7 * 86_400, description="Alert when no step arrives for this many "
+                                                                          "seconds while the run is running")
+    stop_on_stall: bool = Field(False, description="Stop the run (with a checkpoint) when no step arrives")
     stop_grace_s: float | None = Field(None, gt=0, le=86_400,
                                        description="Seconds a stopped run (SIGTERM) has to save its checkpoint before "
                                                    "SIGKILL; absent: what a ZeRO-3 save of the model needs "

@@ -1,14 +1,27 @@
-"""Alerts raised at metric ingest: a loss or grad norm that is NaN/Inf, and a loss that diverged (above
-`run.divergence_factor` x its early minimum). One alert of each kind per run, kept in run_alerts; a rule whose
-`run.stop_on_*` field is on also stops the run (transitions.request_stop: cancel, the trainer saves a checkpoint
-on SIGTERM) with the reason "stopped: ...".
+"""Alerts of a run, one of each kind per run, kept in run_alerts. Raised at metric ingest (`check`):
+
+  loss_nan / grad_norm_nan  a loss or grad norm that is NaN/Inf (`run.stop_on_nan`, on by default);
+  loss_diverged             a loss above `run.divergence_factor` x its minimum over the first EARLY_STEPS steps;
+  grad_norm_exploded        a grad norm above `run.grad_norm_factor` x its median over the previous HISTORY steps;
+  throughput_dropped        tokens/s below `run.throughput_floor` x the run's median for SUSTAIN steps in a row;
+
+and by the API's supervision loop (`check_stalls`, backend/runs/lifecycle.py):
+
+  stalled                   a running run with no step for `run.stall_after_s` seconds.
+
+A rule whose `run.stop_on_*` field is on also stops the run (transitions.request_stop: cancel, the trainer saves a
+checkpoint on SIGTERM) with the reason "stopped: ...".
 
 The early minimum is the lowest loss of the first EARLY_STEPS steps: a healthy run's loss stays below a few times
 it (cross-entropy starts near ln(vocab) and goes down), while a diverging one grows by orders of magnitude (the
-issue's lr=10 run: 6.2 -> about 5000, 800x)."""
+issue's lr=10 run: 6.2 -> about 5000, 800x). The grad-norm and throughput rules compare with a median, which one
+odd step does not move; they wait for MIN_HISTORY steps, and the throughput rule for SUSTAIN slow steps in a row, so
+the slow first step of an attempt or a step that also saved a checkpoint raises nothing."""
 from __future__ import annotations
 
 import math
+import statistics
+from datetime import datetime
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -22,16 +35,69 @@ from backend.runs.states import ACTIVE, RunState
 from plan.model import RunSection
 
 EARLY_STEPS = 10
+HISTORY = 100  # steps the grad-norm and throughput medians look back over
+MIN_HISTORY = 10  # steps needed before either compares with its median
+SUSTAIN = 5  # slow steps in a row before tokens/s counts as dropped
 WATCHED = ("loss", "grad_norm")  # the only names whose non-finite values are accepted (and alerted, not stored)
+# how a stopping rule names itself in the run's exit reason ("stopped: <what> (<message>)")
+WHAT = {"loss_nan": "loss is NaN/Inf", "grad_norm_nan": "grad_norm is NaN/Inf", "loss_diverged": "loss diverged",
+        "grad_norm_exploded": "grad norm exploded", "throughput_dropped": "tokens/s dropped",
+        "stalled": "no step arrived"}
 
 
 def _rules(run: Run) -> RunSection:
     return RunSection.model_validate((run.spec or {}).get("run") or {"data": {"path": "-"}}, strict=False)
 
 
+def _stored_before(session: Session, run_id: int, name: str, step: int, limit: int) -> list[float]:
+    """The last `limit` stored rank-0 values of `name` before `step`, oldest first."""
+    rows = session.scalars(select(MetricPoint.value).where(
+        MetricPoint.run_id == run_id, MetricPoint.name == name, MetricPoint.rank == 0, MetricPoint.step < step)
+        .order_by(MetricPoint.step.desc()).limit(limit))
+    return list(rows)[::-1]
+
+
+def _series(session: Session, run_id: int, points: list[PointIn], name: str, keep: int) -> tuple[list[float],
+                                                                                                  list[PointIn]]:
+    """(stored values before the batch, the batch's finite rank-0 points of `name` in step order)."""
+    new = sorted((p for p in points if p.name == name and p.rank == 0 and math.isfinite(p.value)),
+                 key=lambda p: p.step)
+    if not new:
+        return [], []
+    return _stored_before(session, run_id, name, new[0].step, keep), new
+
+
+def _grad_norm_spike(session: Session, run_id: int, points: list[PointIn], factor: float):
+    history, new = _series(session, run_id, points, "grad_norm", HISTORY)
+    for p in new:
+        recent = history[-HISTORY:]
+        if len(recent) >= MIN_HISTORY:
+            median = statistics.median(recent)
+            if median > 0 and p.value > factor * median:
+                return p.step, (f"grad norm exploded: {p.value:.4g} at step {p.step} is above {factor:g} x its "
+                                f"median {median:.4g} over the previous {len(recent)} steps")
+        history.append(p.value)
+    return None
+
+
+def _throughput_drop(session: Session, run_id: int, points: list[PointIn], floor: float):
+    stored, new = _series(session, run_id, points, "tokens_per_s", HISTORY + SUSTAIN)
+    values, steps = stored + [p.value for p in new], [None] * len(stored) + [p.step for p in new]
+    for i in range(len(stored), len(values)):
+        window, before = values[i - SUSTAIN + 1:i + 1], values[max(0, i - SUSTAIN - HISTORY + 1):i - SUSTAIN + 1]
+        if len(window) < SUSTAIN or len(before) < MIN_HISTORY:
+            continue
+        median = statistics.median(before)
+        if median > 0 and max(window) < floor * median:
+            return steps[i], (f"tokens/s dropped: {window[-1]:.4g} at step {steps[i]}, and every one of the last "
+                              f"{SUSTAIN} steps below {floor:g} x the run's median {median:.4g}")
+    return None
+
+
 def check(session: Session, run_id: int, points: list[PointIn]) -> list[RunAlert]:
     """Alerts the batch raises (stored in the session, not committed); stops the run where the rule says so. Also
-    records what the run ran on (its device) from the trainer's `on_gpu` point, and its latest loss."""
+    records what the run ran on (its device) from the trainer's `on_gpu` point, its latest loss, and when a step
+    last arrived (the stall rule's clock)."""
     run = session.get(Run, run_id)
     if run is None or not points:
         return []
@@ -40,6 +106,8 @@ def check(session: Session, run_id: int, points: list[PointIn]) -> list[RunAlert
                key=lambda p: p.step, default=None)
     if last is not None and (run.final_loss_step is None or last.step >= run.final_loss_step):
         run.final_loss, run.final_loss_step = last.value, last.step
+    if any(p.name == "loss" for p in points):
+        run.last_step_at = transitions.now()
     device = next((p.value for p in points if p.name == "on_gpu"), None)
     if device is not None and run.device is None:  # the trainer's "on_gpu" (1: CUDA, 0: CPU ranks)
         run.device = "cuda" if device else "cpu"
@@ -62,17 +130,40 @@ def check(session: Session, run_id: int, points: list[PointIn]) -> list[RunAlert
                               f"{rules.divergence_factor:g} x its early minimum {early_min:.4g}",
                               rules.stop_on_divergence))
     have = set(session.scalars(select(RunAlert.kind).where(RunAlert.run_id == run_id)))
+    if "grad_norm_exploded" not in have and (spike := _grad_norm_spike(session, run_id, points,
+                                                                       rules.grad_norm_factor)):
+        found.append(("grad_norm_exploded", *spike, rules.stop_on_grad_norm))
+    if "throughput_dropped" not in have and (drop := _throughput_drop(session, run_id, points,
+                                                                      rules.throughput_floor)):
+        found.append(("throughput_dropped", *drop, rules.stop_on_throughput))
+    return [_raise(session, run, have, *f) for f in found if f[0] not in have]
+
+
+def _raise(session: Session, run: Run, have: set[str], kind: str, step: int, message: str, stop: bool) -> RunAlert:
+    stopping = stop and RunState(run.state) in ACTIVE and not run.cancel_requested
+    if stopping:
+        transitions.request_stop(run, f"stopped: {WHAT[kind]} ({message})")
+    alert = RunAlert(run_id=run.id, kind=kind, step=step, message=message, stopped=stopping)
+    session.add(alert)
+    have.add(kind)
+    return alert
+
+
+def check_stalls(session: Session, at: datetime | None = None) -> list[RunAlert]:
+    """Running runs with no step for their `run.stall_after_s`, counted from the later of the last step's arrival
+    and the live attempt's start (a resumed attempt loads the model and its checkpoint first). Not committed."""
+    at = at or transitions.now()
     raised = []
-    for kind, step, message, stop in found:
-        if kind in have:
+    stalled_already = select(RunAlert.run_id).where(RunAlert.kind == "stalled")
+    for run in session.scalars(select(Run).where(Run.state == RunState.RUNNING.value,
+                                                 Run.id.not_in(stalled_already))):
+        since = max((transitions.as_utc(t) for t in (run.started_at, run.last_step_at) if t is not None),
+                    default=None)
+        if since is None:
             continue
-        stopping = stop and RunState(run.state) in ACTIVE and not run.cancel_requested
-        if stopping:
-            what = "loss diverged" if kind == "loss_diverged" else f"{kind.removesuffix('_nan')} is NaN/Inf"
-            transitions.request_stop(run, f"stopped: {what} ({message})")
-        alert = RunAlert(run_id=run_id, kind=kind, step=step, message=message, stopped=stopping)
-        session.add(alert)
-        raised.append(alert)
+        rules, quiet_s = _rules(run), (at - since).total_seconds()
+        if quiet_s > rules.stall_after_s:
+            message = (f"no step for {quiet_s:.0f} s (run.stall_after_s = {rules.stall_after_s:g}); last step "
+                       f"{run.last_step} of attempt {run.attempt}")
+            raised.append(_raise(session, run, set(), "stalled", run.last_step, message, rules.stop_on_stall))
     return raised
-
-

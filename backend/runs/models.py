@@ -45,6 +45,8 @@ class Run(Base):
     device: Mapped[str | None] = mapped_column(String(16), nullable=True)  # "cuda" | "cpu", from its metrics
     final_loss: Mapped[float | None] = mapped_column(Double, nullable=True)  # loss at final_loss_step (ingest)
     final_loss_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # when the API last stored a step's loss (metric ingest): the clock of the `stalled` alert (metrics/alerts.py)
+    last_step_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     tags: Mapped[list | None] = mapped_column(JSON, nullable=True)
     notes: Mapped[str | None] = mapped_column(Text, nullable=True)
     # Who runs it (backend/executors): "celery" (a worker claims it) or "slurm" (one sbatch job). For Slurm runs:

@@ -77,3 +77,83 @@ def test_a_healthy_loss_raises_nothing(client, tokens, tmp_path):
     run_id = running_run(client, admin, tmp_path)
     ingest(client, admin, run_id, loss_points({s: 6.0 / s ** 0.3 for s in range(1, 40)}))
     assert client.get(f"/api/runs/{run_id}", headers=admin).json()["alerts"] == []
+
+
+def points(name: str, values: dict[int, float]) -> dict:
+    return {"points": [{"step": s, "name": name, "value": v} for s, v in values.items()]}
+
+
+def alerts_of(client, admin, run_id) -> list[tuple]:
+    run = client.get(f"/api/runs/{run_id}", headers=admin).json()
+    return [(a["kind"], a["step"], a["stopped"]) for a in run["alerts"]]
+
+
+def test_a_grad_norm_spike_raises_one_alert_and_a_falling_grad_norm_none(client, tokens, tmp_path):
+    admin = as_role(client, tokens, "admin")
+    healthy = running_run(client, admin, tmp_path)
+    # large early grad norms that fall (a normal start), with step-to-step noise of +-30%
+    ingest(client, admin, healthy, points("grad_norm", {s: 8.0 / s ** 0.5 * (1.3 if s % 2 else 0.7)
+                                                        for s in range(1, 120)}))
+    assert alerts_of(client, admin, healthy) == []
+
+    spiked = running_run(client, admin, tmp_path)
+    ingest(client, admin, spiked, points("grad_norm", {s: 1.0 + 0.1 * (s % 3) for s in range(1, 21)}))
+    ingest(client, admin, spiked, points("grad_norm", {21: 9.0, 22: 40.0, 23: 1.0}))  # 9 < 10 x 1.1; 40 is not
+    ingest(client, admin, spiked, points("grad_norm", {24: 80.0}))  # one alert per kind
+    assert alerts_of(client, admin, spiked) == [("grad_norm_exploded", 22, False)]
+    message = client.get(f"/api/runs/{spiked}", headers=admin).json()["alerts"][0]["message"]
+    assert "above 10 x its median 1.1 over the previous 21 steps" in message, message
+
+    stopped = running_run(client, admin, tmp_path, stop_on_grad_norm=True, grad_norm_factor=3)
+    ingest(client, admin, stopped, points("grad_norm", {s: 1.0 for s in range(1, 11)} | {11: 3.5}))
+    run = client.get(f"/api/runs/{stopped}", headers=admin).json()
+    assert run["cancel_requested"] and run["exit_reason"].startswith("stopped: grad norm exploded (")
+    assert alerts_of(client, admin, stopped) == [("grad_norm_exploded", 11, True)]
+
+
+def test_tokens_per_s_below_the_floor_for_five_steps_in_a_row_raises_an_alert(client, tokens, tmp_path):
+    admin = as_role(client, tokens, "admin")
+    run_id = running_run(client, admin, tmp_path, stop_on_throughput=True)
+    steady = {s: 1000.0 + 10 * (s % 4) for s in range(1, 21)}
+    ingest(client, admin, run_id, points("tokens_per_s", steady | {1: 80.0}))  # a slow first step
+    # four slow steps (a checkpoint save, a neighbour's job), then back: nothing
+    ingest(client, admin, run_id, points("tokens_per_s", {21: 300.0, 22: 300.0, 23: 300.0, 24: 300.0, 25: 990.0}))
+    assert alerts_of(client, admin, run_id) == []
+    # five in a row, sent one at a time as the shipper does: the fifth raises it, and stops the run as asked
+    for step in range(26, 31):
+        ingest(client, admin, run_id, points("tokens_per_s", {step: 420.0}))
+        assert alerts_of(client, admin, run_id) == ([("throughput_dropped", 30, True)] if step == 30 else [])
+    run = client.get(f"/api/runs/{run_id}", headers=admin).json()
+    assert run["exit_reason"].startswith("stopped: tokens/s dropped (tokens/s dropped: 420 at step 30"), run
+
+
+def test_a_running_run_with_no_step_for_stall_after_s_raises_stalled(client, tokens, tmp_path):
+    from datetime import timedelta
+
+    from backend.core.db import session_scope
+    from backend.metrics.alerts import check_stalls
+    from backend.runs import transitions
+    from backend.runs.models import Run
+
+    admin = as_role(client, tokens, "admin")
+    warned = running_run(client, admin, tmp_path, stall_after_s=60)
+    stopped = running_run(client, admin, tmp_path, stall_after_s=60, stop_on_stall=True)
+    ingest(client, admin, warned, loss_points({1: 6.0}))
+    ingest(client, admin, stopped, loss_points({1: 6.0}))
+    at = transitions.now()
+    with session_scope() as s:  # other runs of this module may stall too; these two must not, yet
+        assert {warned, stopped}.isdisjoint(a.run_id for a in check_stalls(s, at + timedelta(seconds=50)))
+    with session_scope() as s:  # the stopped run started and last stepped 100 s ago, the warned run just now
+        row = s.get_one(Run, stopped)
+        row.started_at = row.last_step_at = at - timedelta(seconds=100)
+    with session_scope() as s:
+        raised = {a.run_id for a in check_stalls(s, at + timedelta(seconds=1))}
+    assert stopped in raised and warned not in raised
+    with session_scope() as s:
+        raised = {a.run_id for a in check_stalls(s, at + timedelta(seconds=200))}
+    assert warned in raised and stopped not in raised  # one alert per run
+    assert alerts_of(client, admin, warned)[0][::2] == ("stalled", False)
+    run = client.get(f"/api/runs/{stopped}", headers=admin).json()
+    assert run["cancel_requested"] and run["alerts"][0]["kind"] == "stalled"
+    assert run["alerts"][0]["message"].startswith("no step for "), run["alerts"]
+    assert "(run.stall_after_s = 60)" in run["alerts"][0]["message"]

@@ -1,0 +1,21 @@
+"""runs.last_step_at: when a step's loss last arrived, the clock of the `stalled` alert (issue 18)
+
+Revision ID: 0011
+Revises: 0010
+Create Date: 2026-11-24
+"""
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0011"
+down_revision = "0010"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.add_column("runs", sa.Column("last_step_at", sa.DateTime(timezone=True), nullable=True))
+
+
+def downgrade() -> None:
+    op.drop_column("runs", "last_step_at")
