@@ -222,6 +222,13 @@ def accelerate_config_yaml(data: Any, machine_rank: int = 0) -> str:
     return yaml.safe_dump(accelerate_config(data, machine_rank), sort_keys=False)
 
 
+# How torchrun marks each line a rank writes when it tees the ranks' output (`rank_logs`): with the global rank, so one
+# log of the node tells the ranks apart (backend/core/logs.RANK_LINE reads it back). torchrun reads the template from
+# this environment variable (torch/distributed/run.py).
+RANK_PREFIX_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
+RANK_PREFIX = "[rank${rank}]: "
+
+
 def torchrun_command(
     plan_path: str | Path,
     run_dir: str | Path,
@@ -234,6 +241,7 @@ def torchrun_command(
     rdzv_id: str | None = None,
     shutdown_timeout: float | None = None,
     python: str = sys.executable,
+    rank_logs: str | Path | None = None,
 ) -> list[str]:
     """The argument list that starts the trainer's ranks on this node (never a shell string).
 
@@ -241,7 +249,9 @@ def torchrun_command(
     Several nodes: c10d rendezvous at `rdzv_endpoint` (host:port) under `rdzv_id`; every node runs the same
     list with its own `node_rank`. c10d assigns the global ranks; node_rank is passed for logs and for
     the static fallback only. `shutdown_timeout` (stop_grace_s) is how long torchrun lets the ranks save after
-    SIGTERM before it kills them (its default, 30 s, is too short for a large model's checkpoint).
+    SIGTERM before it kills them (its default, 30 s, is too short for a large model's checkpoint). `rank_logs`: a
+    directory for each rank's own stdout/stderr files, whose lines torchrun also prints with RANK_PREFIX (when
+    RANK_PREFIX_ENV holds it).
     """
     if nproc_per_node < 1:
         raise ValueError("nproc_per_node must be at least 1")
@@ -256,6 +266,8 @@ def torchrun_command(
         cmd += ["--standalone", "--nnodes", "1"]
     if shutdown_timeout is not None:
         cmd += ["--shutdown-timeout", str(int(math.ceil(shutdown_timeout)))]
+    if rank_logs is not None:  # each rank's stdout and stderr in files under it, and on torchrun's with RANK_PREFIX
+        cmd += ["--tee", "3", "--log-dir", str(Path(rank_logs))]
     cmd += ["--max-restarts", "0", "-m", "worker.trainer", "--plan", str(Path(plan_path)), "--run-dir",
             str(Path(run_dir))]
     if resume:
@@ -276,11 +288,62 @@ def launch_command(spec: Spec, node_rank: int = 0) -> str:
     return command
 
 
+# The sbatch script's SIGTERM comes this long before the time limit: the stop's own wait (launcher_stop_wait_s) and
+# a margin for srun to pass the signal on and for the job to end before Slurm's KillWait.
+SBATCH_SIGNAL_MARGIN_S = 30
+
+
+def sbatch_script(spec: Spec) -> str:
+    """A batch script that runs the plan on a Slurm cluster without the Ulysses Lab service: `sbatch` it beside
+    plan.json. One task per node runs `python -m worker.trainer` (as `ulab train`), which starts that node's ranks
+    with torchrun; the nodes meet at c10d rendezvous on the job's first node. --resume (from step 1 without a
+    checkpoint) and --requeue let a preempted or requeued job continue from its newest checkpoint. Partition,
+    account and time limit are the cluster's to say: on sbatch's command line or as #SBATCH lines."""
+    nnodes, per_node = nodes_and_ranks_per_node(spec)
+    plan = spec.plan
+    signal_s = int(math.ceil(launcher_stop_wait_s(spec))) + SBATCH_SIGNAL_MARGIN_S
+    what = (f"{plan.parallel.sp_size} x {plan.parallel.dp_size} (sp x dp) on {nnodes} node(s) x {per_node} GPUs, "
+            f"seq_len {plan.training.seq_len}, {plan.total_steps() or '?'} steps")
+    return f"""#!/bin/bash
+# Ulysses Lab: {what}.
+# Submit from the directory that holds plan.json (the planner's plan download), on a file system every node sees:
+#   sbatch --partition=... --account=... --time=... ulab-job.sbatch
+# ULAB_PLAN and ULAB_RUN_DIR override the plan file and the run directory (checkpoints, metrics.jsonl, logs).
+#SBATCH --job-name=ulysses-lab
+#SBATCH --nodes={nnodes}
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-node={per_node}
+# SIGTERM {signal_s} s before the time limit: the trainer saves a checkpoint (run.stop_grace_s) and stops
+#SBATCH --signal=B:TERM@{signal_s}
+#SBATCH --requeue
+#SBATCH --open-mode=append
+#SBATCH --output=ulab-%j.log
+set -u
+export ULAB_PLAN="${{ULAB_PLAN:-plan.json}}"
+export ULAB_RUN_DIR="${{ULAB_RUN_DIR:-runs/ulysses-lab-$SLURM_JOB_ID}}"
+export ULAB_RDZV_ENDPOINT="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1):{RDZV_PORT}"
+export ULAB_RDZV_ID="slurm-$SLURM_JOB_ID"
+echo "--- slurm job $SLURM_JOB_ID (restart ${{SLURM_RESTART_COUNT:-0}}) on $SLURM_JOB_NODELIST ---"
+srun --kill-on-bad-exit=1 bash -c \
+  'ULAB_NODE_RANK=$SLURM_NODEID exec python -m worker.trainer --plan "$ULAB_PLAN" --run-dir "$ULAB_RUN_DIR" --resume' &
+srun_pid=$!
+trap 'kill -TERM "$srun_pid" 2>/dev/null' TERM
+# `wait` returns early (above 128) when the trap runs: wait on until srun itself has ended
+wait "$srun_pid"
+code=$?
+while kill -0 "$srun_pid" 2>/dev/null; do
+  wait "$srun_pid"
+  code=$?
+done
+exit "$code"
+"""
+
+
 def exports(data: Any) -> dict:
     """The files and lines a plan turns into, ready to paste (plan.results.Exports); an invalid plan answers
     `{"valid": false, "errors": [...]}`. `deepspeed_json` has every value resolved; `deepspeed_json_hf_trainer`
     keeps "auto" for the Transformers Trainer to fill. Several nodes: one Accelerate YAML and one torchrun line
-    per node."""
+    per node. `sbatch_script` runs the plan on a Slurm cluster by hand (sbatch_script)."""
     v = validate(data)
     if v.spec is None:
         return {"valid": False, "errors": v.errors}
@@ -291,7 +354,8 @@ def exports(data: Any) -> dict:
             "launch_command": launch_command(v.spec),
             "accelerate_yaml_per_node": [accelerate_config_yaml(v.spec, n) for n in nodes],
             "launch_commands_per_node": [launch_command(v.spec, n) for n in nodes],
-            "plan_json": json.dumps(v.spec.plan.effective(), indent=2) + "\n"}
+            "plan_json": json.dumps(v.spec.plan.effective(), indent=2) + "\n",
+            "sbatch_script": sbatch_script(v.spec)}
 
 
 def dry_run(data: Any, cuda: bool) -> dict:

@@ -215,7 +215,7 @@ def stopped_on_error(procs: AttemptProcesses, settings):
 # torchrun's failure summary: "  rank      : 1 (local_rank: 1)" ... "  exitcode  : -9 (pid: 4242)"
 _TORCHRUN_FAILURE = re.compile(r"^\s*rank\s*:\s*(\d+).*\n(?:.*\n){0,3}?\s*exitcode\s*:\s*(-?\d+)", re.MULTILINE)
 # a Python warning ("file.py:12: FutureWarning: ...") and the source line printed under it
-_WARNING = re.compile(r"^.*\b\w*Warning: .*$\n?(?:^ {2,}\S.*$\n?)?", re.MULTILINE)
+_WARNING = re.compile(r"^.*\b\w*Warning: .*$\n?(?:^(?:\[rank\d+\]: )? {2,}\S.*$\n?)?", re.MULTILINE)
 
 
 def failure_reason(code: int, log_tail: str) -> str:

@@ -2,6 +2,7 @@
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query
+from fastapi.responses import PlainTextResponse
 
 import plan as planner
 from backend.api.deps import Approver, Reader, RowId, SessionDep, Submitter
@@ -63,9 +64,28 @@ def retry_run(run_id: RowId, session: SessionDep, _: Approver) -> RunOut:
     return RunOut.model_validate(service.retry_run(session, run_id))
 
 
+LogRank = Annotated[int | None, Query(ge=0, le=1_000_000, description="one rank's lines, its [rankN]: prefix off")]
+LogLauncher = Annotated[bool, Query(description="only the lines of the launcher (ulab train, torchrun, the worker)")]
+LogQuery = Annotated[str | None, Query(max_length=200, description="only lines containing this (any case)")]
+
+
 @router.get("/{run_id}/log")
-def run_log(run_id: RowId, session: SessionDep, _: Reader, lines: int = Query(200, ge=1, le=5000)) -> LogOut:
-    return LogOut(lines=service.log_tail(service.get_run(session, run_id), lines))
+def run_log(run_id: RowId, session: SessionDep, _: Reader, lines: int = Query(200, ge=1, le=5000),
+            rank: LogRank = None, launcher: LogLauncher = False, q: LogQuery = None) -> LogOut:
+    """The end of the run's trainer log: all of it, one rank's lines, or the launcher's; searched with `q`."""
+    run = service.get_run(session, run_id)
+    return LogOut(lines=service.log_tail(run, lines, rank, launcher, q), ranks=service.world_size(run))
+
+
+@router.get("/{run_id}/log/download", response_class=PlainTextResponse)
+def download_log(run_id: RowId, session: SessionDep, _: Reader, rank: LogRank = None,
+                 launcher: LogLauncher = False, q: LogQuery = None) -> PlainTextResponse:
+    """The whole trainer log (or one rank's, the launcher's, the lines matching `q`) as a text file."""
+    run = service.get_run(session, run_id)
+    lines = service.log_tail(run, None, rank, launcher, q)
+    part = f"-rank{rank}" if rank is not None else "-launcher" if launcher else ""
+    return PlainTextResponse("".join(f"{line}\n" for line in lines), headers={
+        "Content-Disposition": f'attachment; filename="run-{run_id}{part}.log"'})
 
 
 @router.get("/{run_id}/events")

@@ -130,3 +130,4 @@ class CheckpointOut(BaseModel):
 
 class LogOut(BaseModel):
     lines: list[str]
+    ranks: int = Field(1, description="the run's ranks: `rank` takes 0 .. ranks-1")

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from backend.api.errors import NotFound, UserError
 from backend.auth.roles import Permission, Role
 from backend.auth.service import Principal
-from backend.core.logs import tail_lines
+from backend.core.logs import filter_lines, tail_lines
 from backend.core.settings import get_settings
 from backend.executors.base import executor_for, executor_name, gpu_name
 from backend.plans.service import get_plan, valid_or_422
@@ -216,8 +216,24 @@ def checkpoints(run: Run) -> list[dict]:
     return sorted(out, key=lambda c: (c["saved_at"], c["step"]), reverse=True)
 
 
-def log_tail(run: Run, lines: int) -> list[str]:
-    return tail_lines(Path(run.run_dir) / "train.log", lines) if run.run_dir else []
+def world_size(run: Run) -> int:
+    parallel = (run.spec or {}).get("parallel") or {}
+    return int(parallel.get("sp_size", 1)) * int(parallel.get("dp_size", 1))
+
+
+def log_tail(run: Run, lines: int | None, rank: int | None = None, launcher: bool = False,
+             query: str | None = None) -> list[str]:
+    """The last `lines` lines of the run's train.log (None: all), of one rank (its `[rankN]:` prefix taken off) or of
+    the launcher, containing `query` if given (backend/core/logs.filter_lines)."""
+    if not run.run_dir:
+        return []
+    path = Path(run.run_dir) / "train.log"
+    if rank is None and not launcher and not query and lines is not None:
+        return tail_lines(path, lines)  # the live tail: the end of the file only, however long it is
+    if rank is not None and rank >= world_size(run):
+        raise UserError(422, "rank", f"the run has {world_size(run)} ranks (0..{world_size(run) - 1})")
+    return filter_lines(path, rank=rank, launcher=launcher, query=query, limit=lines,
+                        one_process=world_size(run) == 1)
 
 
 def events(run: Run) -> list[dict]:

@@ -47,6 +47,7 @@ ACCESS: dict[tuple[str, str], Permission | None] = {
     ("POST", "/api/runs/{run_id}/cancel"): P.SUBMIT,
     ("POST", "/api/runs/{run_id}/retry"): P.APPROVE,
     ("GET", "/api/runs/{run_id}/log"): P.READ,
+    ("GET", "/api/runs/{run_id}/log/download"): P.READ,
     ("GET", "/api/runs/{run_id}/fix"): P.READ,
     ("POST", "/api/runs/{run_id}/metrics"): P.INGEST,
     ("GET", "/api/runs/{run_id}/metrics/names"): P.READ,

@@ -17,7 +17,8 @@ def test_a_run_at_lr_10_is_stopped_and_says_why(stack, api, corpus):
     assert done["exit_reason"].startswith("stopped: "), done["exit_reason"]
     assert done["last_step"] < 200 and done["device"] == "cpu"  # recorded from the trainer's on_gpu point
     kinds = [a["kind"] for a in done["alerts"]]
-    assert set(kinds) <= {"loss_diverged", "loss_nan", "grad_norm_nan"} and any(a["stopped"] for a in done["alerts"])
+    assert set(kinds) <= {"loss_diverged", "loss_nan", "grad_norm_nan", "grad_norm_exploded"}, kinds
+    assert any(a["stopped"] for a in done["alerts"])
     loss = api.get(f"/api/runs/{run['id']}/metrics", params={"name": "loss"}).json()["series"][0]
     assert max(loss["max"]) > 10 * min(loss["min"])  # the diverged points are stored and charted
     # the timeline (GET /api/runs/{id}/events): submitted, approved, started, the stopping alert, then the end
@@ -34,6 +35,14 @@ def test_a_run_at_lr_10_is_stopped_and_says_why(stack, api, corpus):
         assert "stopped" in page.inner_text("[data-testid=run-alerts]")
         page.wait_for_function("Number(document.querySelector('[data-testid=loss-chart]')?.dataset.points) > 0",
                                timeout=20_000)
+        # the timeline card: the stopping alert between the start and the end of the attempt
+        page.wait_for_function("document.querySelectorAll('[data-testid=run-timeline] li').length >= 5",
+                               timeout=20_000)
+        items = page.locator("[data-testid=run-timeline] li").all_inner_texts()
+        assert "submitted" in items[0] and "approved" in items[1] and "attempt started #1" in items[2], items
+        stopped_item = next(i for i in items if "alert" in i and "stopped the run" in i)
+        assert alert["message"] in stopped_item and items.index(stopped_item) < len(items) - 1, items
+        assert "attempt ended #1" in items[-1] and "(cancelled)" in items[-1], items
         screenshot(page, "dashboard-run-diverged")
         page.goto(f"{stack.url}/#/runs")
         badge = page.locator(f"[data-testid=run-alert-badge-{run['id']}]")

@@ -29,6 +29,17 @@ def test_run_page_shows_the_loss_curve_of_a_trained_run(stack, api, trained_run)
         assert "CPU ranks" in page.locator("[data-testid=run-device]").inner_text()
         assert "ran on CPU ranks" in page.locator("[data-testid=planner-hidden-cpu]").inner_text()
         assert "dashed" not in page.locator("[data-testid=tokens-chart] .chart-title").inner_text()
+        # system figures (worker/trainer/system.py): every rank's CPU and resident memory; no GPU to read here
+        ranks = trained_run["spec"]["parallel"]["sp_size"] * trained_run["spec"]["parallel"]["dp_size"]
+        rss = api.get(f"/api/runs/{trained_run['id']}/metrics", params={"name": "rss_gib"}).json()["series"]
+        assert [s["rank"] for s in rss] == list(range(ranks)) and all(0.1 < v < 64 for s in rss for v in s["last"])
+        assert api.get(f"/api/runs/{trained_run['id']}/metrics",
+                       params={"name": "gpu_util_percent"}).json()["series"] == []
+        page.wait_for_function("Number(document.querySelector('[data-testid=rss-chart]')?.dataset.points) > 0",
+                               timeout=20_000)
+        assert page.locator("[data-testid=cpu-chart-empty]").count() == 0
+        for chart in ("gpu-util-chart", "gpu-mem-chart", "gpu-power-chart", "gpu-temp-chart"):
+            assert page.locator(f"[data-testid={chart}-empty]").inner_text() == "no GPU: this run ran on CPU ranks"
         screenshot(page, "run-page")
 
 
@@ -54,3 +65,46 @@ def test_planner_lines_are_drawn_near_the_measurement_and_left_out_when_over_10x
         tokens = page.locator("[data-testid=tokens-chart] .chart-title").inner_text()
         assert "dashed" not in tokens and "planner:" in tokens, tokens
     api.post(f"/api/runs/{run['id']}/cancel")
+
+
+def test_the_log_of_one_rank_is_shown_searched_and_downloaded(stack, api, trained_run):
+    """torchrun tags each rank's lines ([rankN]: ); the run page shows one rank's (untagged), the launcher's, or the
+    lines matching a search, and downloads exactly what it shows (all of it, not the last 500)."""
+    run_id = trained_run["id"]
+    full = api.get(f"/api/runs/{run_id}/log", params={"lines": 5000}).json()
+    assert full["ranks"] == 2 and any(line.startswith("[rank1]: ") for line in full["lines"])
+    rank1 = api.get(f"/api/runs/{run_id}/log", params={"lines": 5000, "rank": 1}).json()["lines"]
+    assert rank1 == [line.removeprefix("[rank1]: ") for line in full["lines"] if line.startswith("[rank1]: ")]
+    launcher = api.get(f"/api/runs/{run_id}/log", params={"lines": 5000, "launcher": True}).json()["lines"]
+    assert launcher and not any(line.startswith("[rank") for line in launcher)
+    assert any("--- attempt 1" in line for line in launcher), launcher[:5]  # the worker's header line
+    found = api.get(f"/api/runs/{run_id}/log", params={"rank": 0, "q": "OPTIMIZER:"}).json()["lines"]
+    assert found and all("optimizer:" in line.lower() for line in found), found
+    bad = api.get(f"/api/runs/{run_id}/log", params={"rank": 2})
+    assert bad.status_code == 422 and bad.json()["detail"][0]["field"] == "rank", bad.text
+    with chromium_page() as page:
+        page.goto(f"{stack.url}/#/runs/{run_id}")
+        log = page.locator("[data-testid=log-tail]")
+        page.wait_for_function("document.querySelector('[data-testid=log-tail]')?.textContent.includes('[rank1]: ')",
+                               timeout=20_000)
+        page.select_option("[data-testid=log-source]", "rank1")
+        page.wait_for_function("document.querySelector('[data-testid=log-tail]')?.dataset.source === 'rank1' && "
+                               "!document.querySelector('[data-testid=log-tail]').textContent.includes('[rank')",
+                               timeout=20_000)
+        assert log.inner_text().strip() == "\n".join(rank1[-500:]).strip()
+        page.fill("[data-testid=log-search]", "optimizer")
+        page.select_option("[data-testid=log-source]", "rank0")
+        page.wait_for_function("(t => t && t.split('\\n').every(l => l.toLowerCase().includes('optimizer')))("
+                               "document.querySelector('[data-testid=log-tail]')?.textContent)", timeout=20_000)
+        assert log.inner_text().strip() == "\n".join(found).strip()
+        screenshot(page, "run-page-log-rank0-search")
+        with page.expect_download() as download:
+            page.click("[data-testid=log-download]")
+        assert download.value.suggested_filename == f"run-{run_id}-rank0.log"
+        assert open(download.value.path()).read() == "".join(f"{line}\n" for line in found)
+        page.fill("[data-testid=log-search]", "")
+        page.select_option("[data-testid=log-source]", "all")
+        with page.expect_download() as download:
+            page.click("[data-testid=log-download]")
+        whole = open(download.value.path()).read().splitlines()
+        assert download.value.suggested_filename == f"run-{run_id}.log" and whole[-len(full["lines"]):] == full["lines"]

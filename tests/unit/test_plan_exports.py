@@ -87,3 +87,18 @@ def test_a_single_node_needs_no_main_node_address():
     x = exports(qwen_plan())
     assert "main_process_ip" not in x["accelerate_yaml"] and len(x["launch_commands_per_node"]) == 1
     assert "--standalone" in x["launch_commands_per_node"][0]
+
+
+def test_the_sbatch_script_asks_for_the_plans_nodes_and_gpus_and_is_valid_bash(tmp_path):
+    script = exports(TWO_NODES)["sbatch_script"]
+    options = [line.removeprefix("#SBATCH ") for line in script.splitlines() if line.startswith("#SBATCH ")]
+    assert {"--nodes=2", "--ntasks-per-node=1", "--gpus-per-node=4", "--requeue"} <= set(options), options
+    signal = next(o for o in options if o.startswith("--signal=B:TERM@"))
+    assert int(signal.rsplit("@", 1)[1]) >= 30 + 30  # torchrun's stop floor and the margin, at least
+    # one launcher per node, its node rank from Slurm, resuming from the newest checkpoint
+    assert "ULAB_NODE_RANK=$SLURM_NODEID exec python -m worker.trainer" in script and "--resume" in script
+    assert ":29500" in script and 'ULAB_RDZV_ID="slurm-$SLURM_JOB_ID"' in script
+    path = tmp_path / "job.sbatch"
+    path.write_text(script)
+    check = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr

@@ -76,6 +76,10 @@ def test_the_reason_names_the_signal_and_leaves_out_warnings():
             "error: rank 1: RuntimeError: boom")
     assert failure_reason(-9, tail) == "the trainer was killed by SIGKILL"
     assert failure_reason(1, tail) == "exit code 1:\nstep 100\nerror: rank 1: RuntimeError: boom"
+    # a rank's warning, tagged by torchrun with the rank (plan.launch.RANK_PREFIX), goes with its source line
+    tagged = ("[rank1]: /x/y.py:12: FutureWarning: `foo` is deprecated\n[rank1]:   return func(*args)\n"
+              "[rank0]: step 100\nerror: rank 1: RuntimeError: boom")
+    assert failure_reason(1, tagged) == "exit code 1:\n[rank0]: step 100\nerror: rank 1: RuntimeError: boom"
     summary = ("[1]:\n  time      : 2026-11-24_12:00:00\n  host      : h\n  rank      : 1 (local_rank: 1)\n"
                "  exitcode  : -9 (pid: 4242)\n  error_file: <N/A>\n")
     assert failure_reason(1, summary).startswith("exit code 1 (rank 1 killed by SIGKILL):")

@@ -23,6 +23,7 @@ export type Recommendation = Schemas["Recommendation"];
 export type Fix = Schemas["Fix"];
 export type SpMethods = Schemas["SpMethods"];
 export type Calibration = Schemas["Calibration"];
+export type RunEvent = Schemas["EventOut"];
 /** A stored plan: the API stores it with every default filled in. */
 export type StoredPlan = Omit<Schemas["PlanOut"], "plan"> & { plan: Plan };
 
@@ -94,6 +95,18 @@ async function request<T>(method: string, path: string, body?: unknown, signal?:
   return data as T;
 }
 
+/** Which lines of a trainer log: one rank's (`rank`), the launcher's, and those containing `q`. */
+export type LogFilter = { rank?: number; launcher?: boolean; q?: string };
+
+function logParams(f: LogFilter, lines?: number): string {
+  const p = new URLSearchParams();
+  if (lines !== undefined) p.set("lines", String(lines));
+  if (f.rank !== undefined) p.set("rank", String(f.rank));
+  if (f.launcher) p.set("launcher", "true");
+  if (f.q) p.set("q", f.q);
+  return p.toString();
+}
+
 export const api = {
   catalog: () => request<Catalog>("GET", "/api/catalog"),
   estimate: (plan: Plan, signal?: AbortSignal) => request<Estimate>("POST", "/api/estimate", plan, signal),
@@ -127,11 +140,17 @@ export const api = {
   signIn: (token: string) => request<Identity>("POST", "/api/session", { token }),
   signOut: () => request<null>("DELETE", "/api/session"),
   cancel: (id: number) => request<Run>("POST", `/api/runs/${id}/cancel`),
+  /** the run's timeline, oldest first: submitted, approved, each attempt's start and end, alerts */
+  events: (id: number) => request<RunEvent[]>("GET", `/api/runs/${id}/events`),
   checkpoints: (id: number) => request<{ stage: string; step: number; bytes: number; saved_at: string }[]>("GET", `/api/runs/${id}/checkpoints`),
   label: (id: number, labels: { tags?: string[]; notes?: string }) => request<Run>("PATCH", `/api/runs/${id}`, labels),
   /** the next attempt of the same run, resuming from its last checkpoint (approvers) */
   retry: (id: number) => request<Run>("POST", `/api/runs/${id}/retry`),
-  log: (id: number, lines = 200) => request<{ lines: string[] }>("GET", `/api/runs/${id}/log?lines=${lines}`),
+  /** the end of the trainer log: all of it, one rank's lines or the launcher's, only lines containing `q` */
+  log: (id: number, lines = 200, filter: LogFilter = {}) =>
+    request<{ lines: string[]; ranks: number }>("GET", `/api/runs/${id}/log?${logParams(filter, lines)}`),
+  /** the same lines, all of them, as a file (the session cookie authorises the plain link) */
+  logDownloadUrl: (id: number, filter: LogFilter = {}) => `/api/runs/${id}/log/download?${logParams(filter)}`,
   metricNames: (id: number) => request<string[]>("GET", `/api/runs/${id}/metrics/names`),
   metrics: (id: number, name: string, points = 1000, start?: number, end?: number) => {
     const p = new URLSearchParams({ name, points: String(points) });

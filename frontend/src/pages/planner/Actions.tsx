@@ -22,6 +22,7 @@ const EXPORTS = [
   ["deepspeed_json", "DeepSpeed JSON"],
   ["deepspeed_json_hf_trainer", "DeepSpeed JSON for the HF Trainer (\"auto\" values)"],
   ["launch_command", "launch command"],
+  ["sbatch_script", "sbatch script"],
 ] as const;
 
 function download(name: string, text: string): void {
@@ -89,6 +90,15 @@ export function ExportButtons({ plan }: { plan: Plan | null }) {
             setMsg(`export failed: ${(e as Error).message}`);
           }
         }}>Download plan.json</button>
+        <button type="button" data-testid="download-sbatch_script" disabled={!plan} onClick={async () => {
+          if (!plan) return;
+          try {
+            download("ulab-job.sbatch", (await api.exportPlan(plan)).sbatch_script ?? "");
+            setMsg("ulab-job.sbatch downloaded: sbatch it beside plan.json");
+          } catch (e) {
+            setMsg(`export failed: ${(e as Error).message}`);
+          }
+        }}>Download sbatch script</button>
         {plan && plan.hardware.num_nodes && plan.hardware.num_nodes > 1 ? (
           <button type="button" data-testid="show-per-node" onClick={async () => {
             const x = await api.exportPlan(plan);

@@ -1,6 +1,6 @@
-import { useEffect, useRef, useState } from "react";
+import { useEffect, useMemo, useRef, useState } from "react";
 import { RunActions, StateBadge } from "../../components/RunActions";
-import { api, gpuName, type Fix, type Plan, type Run } from "../../lib/api";
+import { api, gpuName, type Fix, type Plan, type Run, type RunEvent } from "../../lib/api";
 import { fmtDuration, fmtGiB, fmtNum, fmtSeq, fmtTime } from "../../lib/format";
 import { navigate } from "../../lib/route";
 import { FixView } from "../planner/Advice";
@@ -36,6 +36,39 @@ function Checkpoints({ run }: { run: Run }) {
           ))}
         </tbody>
       </table>
+    </div>
+  );
+}
+
+const EVENT_LABEL: Record<string, string> = {
+  submitted: "submitted", approved: "approved", attempt_started: "attempt started", attempt_ended: "attempt ended",
+  alert: "alert",
+};
+
+/** What happened to the run, oldest first (GET /api/runs/{id}/events): read again when its state or alerts change. */
+function Timeline({ run }: { run: Run }) {
+  const [events, setEvents] = useState<RunEvent[] | null>(null);
+  const alerts = (run.alerts ?? []).length;
+  useEffect(() => {
+    api.events(run.id).then(setEvents).catch(() => setEvents([]));
+  }, [run.id, run.state, run.attempt, alerts]);
+  if (!events || events.length === 0) return null;
+  return (
+    <div className="card" data-testid="run-timeline">
+      <h3>Timeline</h3>
+      <ol className="timeline">
+        {events.map((e, i) => (
+          <li key={i} className={e.kind === "alert" ? "field-error" : undefined} data-testid={`event-${e.kind}`}>
+            <span className="muted small">{fmtTime(e.at)}</span>{" "}
+            <b>{EVENT_LABEL[e.kind] ?? e.kind}</b>
+            {e.attempt ? ` #${e.attempt}` : ""}
+            {e.step !== null && e.step !== undefined ? ` at step ${e.step}` : ""}
+            {e.state ? ` (${e.state})` : ""}
+            {e.kind === "alert" && e.stopped ? " — stopped the run" : ""}
+            {e.message ? <span className="mono small">: {e.message}</span> : null}
+          </li>
+        ))}
+      </ol>
     </div>
   );
 }
@@ -142,15 +175,54 @@ function Header({ run, live, lastPointAt, onChange }: { run: Run; live: string; 
   );
 }
 
-function LogTail({ lines }: { lines: string[] }) {
+const TERMINAL_STATES = ["succeeded", "failed", "oom", "cancelled", "lost"];
+
+/** The trainer log: every line, one rank's (torchrun tags each with [rankN]:) or the launcher's, searched, and
+ * downloaded whole. Polled while the run is active. */
+function LogView({ run }: { run: Run }) {
+  const ranks = (run.spec.parallel?.sp_size ?? 1) * (run.spec.parallel?.dp_size ?? 1);
+  const [source, setSource] = useState("all");
+  const [query, setQuery] = useState("");
+  const [lines, setLines] = useState<string[] | null>(null);
   const pre = useRef<HTMLPreElement>(null);
+  const terminal = TERMINAL_STATES.includes(run.state);
+  const filter = useMemo(() => ({
+    rank: source.startsWith("rank") ? Number(source.slice(4)) : undefined,
+    launcher: source === "launcher",
+    q: query.trim() || undefined,
+  }), [source, query]);
+  useEffect(() => {
+    let stop = false;
+    const fetchLog = () => api.log(run.id, 500, filter).then((r) => !stop && setLines(r.lines)).catch(() => undefined);
+    const first = window.setTimeout(fetchLog, filter.q ? 300 : 0);  // a search waits for the typing to pause
+    const t = terminal ? undefined : window.setInterval(fetchLog, 3000);
+    return () => {
+      stop = true;
+      window.clearTimeout(first);
+      if (t) window.clearInterval(t);
+    };
+  }, [run.id, terminal, filter]);
   useEffect(() => {
     if (pre.current) pre.current.scrollTop = pre.current.scrollHeight;
   }, [lines]);
+  const shown = lines ?? [];
   return (
-    <div className="card">
-      <h3>Trainer log (last {lines.length} lines)</h3>
-      <pre className="log" ref={pre} data-testid="log-tail">{lines.join("\n") || "no output yet"}</pre>
+    <div className="card" data-testid="log-view">
+      <div className="row-between">
+        <h3>Trainer log <span className="muted small" data-testid="log-count">({shown.length} lines{shown.length === 500 ? ", the last 500" : ""})</span></h3>
+        <span className="actions">
+          <select data-testid="log-source" value={source} onChange={(e) => setSource(e.target.value)}>
+            <option value="all">all ranks</option>
+            {Array.from({ length: ranks }, (_, r) => <option key={r} value={`rank${r}`}>rank {r}</option>)}
+            {ranks > 1 ? <option value="launcher">launcher and torchrun</option> : null}
+          </select>
+          <input data-testid="log-search" type="search" placeholder="search" value={query} onChange={(e) => setQuery(e.target.value)} />
+          <a data-testid="log-download" href={api.logDownloadUrl(run.id, filter)} download>download</a>
+        </span>
+      </div>
+      <pre className="log" ref={pre} data-testid="log-tail" data-source={source}>
+        {lines === null ? "loading…" : shown.join("\n") || (filter.q ? `no line contains “${filter.q}”` : "no output yet")}
+      </pre>
     </div>
   );
 }
@@ -175,7 +247,7 @@ function RunFix({ run }: { run: Run }) {
 }
 
 export function RunPage({ id }: { id: number }) {
-  const { run, setRun, error, store, version, live, log, zoom, setZoom, lastPointAt } = useRunData(id);
+  const { run, setRun, error, store, version, live, zoom, setZoom, lastPointAt } = useRunData(id);
   if (error && !run) return <div className="card error" data-testid="run-load-error">Run {id}: {error}</div>;
   if (!run) return <div className="muted">loading run {id}…</div>;
   const failed = ["failed", "oom", "lost"].includes(run.state);
@@ -183,6 +255,7 @@ export function RunPage({ id }: { id: number }) {
     <div className="run-page" data-testid="run-page" data-run-id={run.id}>
       <Header run={run} live={live} lastPointAt={lastPointAt} onChange={setRun} />
       <Labels key={run.id} run={run} onChange={setRun} />
+      <Timeline run={run} />
       <Checkpoints run={run} />
       {failed ? (
         <div className="card error" data-testid="error-panel">
@@ -211,7 +284,7 @@ export function RunPage({ id }: { id: number }) {
         </div>
       ) : null}
       <RunCharts run={run} store={store} version={version} zoom={zoom} setZoom={setZoom} />
-      <LogTail lines={log} />
+      <LogView run={run} />
       <details className="card">
         <summary>Spec (plan + run)</summary>
         <pre className="export" data-testid="run-spec">{JSON.stringify(run.spec, null, 2)}</pre>

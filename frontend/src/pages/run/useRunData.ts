@@ -17,7 +17,7 @@ function put(store: Store, name: string, rank: number, step: number, value: numb
 }
 
 /**
- * The run, its metrics and its log, kept live: the SSE stream is opened first, then the history is
+ * The run and its metrics, kept live: the SSE stream is opened first, then the history is
  * fetched (a point budget per metric, per zoom range); both merge idempotently on (name, rank, step).
  */
 export function useRunData(id: number) {
@@ -25,7 +25,6 @@ export function useRunData(id: number) {
   const [error, setError] = useState("");
   const [version, setVersion] = useState(0);
   const [live, setLive] = useState<"connecting" | "open" | "closed">("connecting");
-  const [log, setLog] = useState<string[]>([]);
   const [zoom, setZoom] = useState<Zoom>(null);
   const [lastPointAt, setLastPointAt] = useState<number | null>(null);
   const store = useRef<Store>(new Map());
@@ -123,18 +122,5 @@ export function useRunData(id: number) {
     if (terminal) loadHistory(zoomRef.current).catch(() => undefined);
   }, [terminal, loadHistory]);
 
-  // Log tail: poll while the run is active, once when it is over.
-  useEffect(() => {
-    let stop = false;
-    const fetchLog = () => api.log(id, 200).then((r) => !stop && setLog(r.lines)).catch(() => undefined);
-    fetchLog();
-    if (terminal) return () => { stop = true; };
-    const t = window.setInterval(fetchLog, 3000);
-    return () => {
-      stop = true;
-      window.clearInterval(t);
-    };
-  }, [id, terminal]);
-
-  return { run, setRun, error, store: store.current, version, live, log, zoom, setZoom, lastPointAt };
+  return { run, setRun, error, store: store.current, version, live, zoom, setZoom, lastPointAt };
 }
