@@ -42,3 +42,11 @@ def test_recommend_prints_the_top_3_for_every_scenario_and_the_time_per_call():
     assert len(re.findall(r"^  [123]\. sp\d+ dp\d+ z\d", text, re.M)) >= 3 * 6
     assert re.search(r"^recommend for 64 GPUs: worst median [\d.]+ ms per call, target <= 200 ms: (OK|MISSED)$",
                      text, re.M)
+
+
+def test_system_metrics_prints_the_cost_of_a_read_and_its_share_of_a_step():
+    text = run_bench("system_metrics.py")
+    assert re.search(r"^system sample, psutil (only|\+ NVML).*: [\d.]+ us per read; reused between reads: [\d.]+ us",
+                     text, re.M), text
+    assert len(re.findall(r"^\s+[\d.]+ s \|\s+[\d.]+ us \| [\d.]+%$", text, re.M)) == 4, text
+    assert re.search(r"^largest share of training time: [\d.]+% \(budget 1%: (OK|MISSED)\)$", text, re.M), text

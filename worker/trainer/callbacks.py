@@ -13,6 +13,8 @@ from transformers import TrainerCallback
 from .checkpoints import write_layout
 from .collectives import all_gather_rows
 from .metrics import GIB, MemoryMeter, MetricsWriter, StepClock, flops_per_token
+from .system import NAMES as SYSTEM_NAMES
+from .system import SystemSampler
 
 STOP = {"requested": False, "signal": None}
 
@@ -26,7 +28,9 @@ def install_stop_handler() -> None:
 
 
 class StepMetricsCallback(TrainerCallback):
-    FIELDS = 8  # loss part, tokens, stop flag, step time, peak allocated, peak reserved, peak activations, targets
+    # loss part, tokens, stop flag, step time, peak allocated, peak reserved, peak activations, targets; then the
+    # system figures (system.NAMES)
+    FIELDS = 8 + len(SYSTEM_NAMES)
 
     def __init__(self, trainer, *, writer: MetricsWriter | None, step_offset: int, stage_index: int, seq_len: int,
                  model_config, peak_tflops: float | None, checkpoint_every: int, memory: MemoryMeter,
@@ -46,6 +50,7 @@ class StepMetricsCallback(TrainerCallback):
         self.last_overhead = None
         self.world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
         self.rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+        self.system = SystemSampler(torch.cuda.current_device() if memory.cuda else None)
 
     def on_train_begin(self, args, state, control, **kw):
         opt = self.trainer.optimizer
@@ -85,7 +90,7 @@ class StepMetricsCallback(TrainerCallback):
         loss_part, tokens = self.trainer.take_step_figures()
         mine = torch.tensor([loss_part, tokens, 1.0 if STOP["requested"] else 0.0, step_time,
                              _num(mem["allocated"]), _num(mem["reserved"]), _num(mem["activations"]),
-                             self.trainer.step_targets], dtype=torch.float64)
+                             self.trainer.step_targets, *self.system.sample()], dtype=torch.float64)
         table = all_gather_rows(mine)  # on the device the process group serves (NCCL: CUDA only)
         stop = bool(table[:, 2].max() > 0)
         loss = float(table[:, 0].sum())  # the ranks' shares add up to the step's loss
@@ -136,6 +141,10 @@ class StepMetricsCallback(TrainerCallback):
         }
         if mem["reserved"] is not None:
             rec["peak_reserved_gib"] = [_gib(v) for v in table[:, 5].tolist()]
+        for i, name in enumerate(SYSTEM_NAMES, start=8):  # one value per rank; none where no rank could read it
+            values = table[:, i].tolist()
+            if any(v == v for v in values):
+                rec[name] = [round(v, 4) if v == v else None for v in values]
         return rec
 
 

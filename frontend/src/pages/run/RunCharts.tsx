@@ -34,6 +34,51 @@ function MetricChart({ store, version, name, title, testid, predicted, onZoom, s
   return <Chart testid={testid} title={full} x={x} lines={lines} onZoom={onZoom} height={180} emptyText={emptyText} />;
 }
 
+/** One line per rank of a metric every rank reports (the system figures). */
+function RankChart({ store, version, name, title, testid, onZoom, noData }: {
+  store: Store; version: number; name: string; title: string; testid: string; onZoom: (a: number, b: number) => void;
+  noData?: string;
+}) {
+  const { x, lines, n } = useMemo(() => {
+    const a = aligned(store, name);
+    const lines: Line[] = a.ranks.map((r, i) => ({
+      label: `rank ${r}`, values: a.values[i], color: PALETTE[i % PALETTE.length],
+      ...(i === 0 ? { width: 2 } : { dash: [5, 5], width: 1.5 }),
+    }));
+    return { x: a.x, lines, n: a.values.reduce((k, v) => k + v.filter((p) => p !== null).length, 0) };
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [store, version, name]);
+  const reportsSteps = x.length === 0 && single(store, "loss").x.length > 0;
+  return <Chart testid={testid} title={title} x={x} lines={lines} points={n} onZoom={onZoom} height={160}
+    emptyText={noData ?? (reportsSteps ? "not reported by this run" : "no data yet")} />;
+}
+
+const GPU_CHARTS: [string, string, string][] = [
+  ["gpu_util_percent", "GPU utilisation (%)", "gpu-util-chart"],
+  ["gpu_mem_used_gib", "GPU memory in use (GiB, nvidia-smi)", "gpu-mem-chart"],
+  ["gpu_power_w", "GPU power (W)", "gpu-power-chart"],
+  ["gpu_temp_c", "GPU temperature (°C)", "gpu-temp-chart"],
+];
+
+/** Host and GPU figures per rank (worker/trainer/system.py). A run on CPU ranks has no GPU to read: its GPU
+ * charts say so instead of waiting for data. */
+function SystemCharts({ run, store, version, onZoom }: { run: Run; store: Store; version: number; onZoom: (a: number, b: number) => void }) {
+  const noGpu = run.device === "cpu" ? "no GPU: this run ran on CPU ranks" : undefined;
+  return (
+    <details className="card" open data-testid="system-charts" data-no-gpu={noGpu ? "true" : "false"}>
+      <summary>System (per rank)</summary>
+      <div className="chart-grid">
+        <RankChart store={store} version={version} name="cpu_percent" title="CPU of the rank's process (% of one core)" testid="cpu-chart" onZoom={onZoom} />
+        <RankChart store={store} version={version} name="rss_gib" title="resident memory of the rank (GiB)" testid="rss-chart" onZoom={onZoom} />
+        <RankChart store={store} version={version} name="host_cpu_percent" title="host CPU (% of all cores)" testid="host-cpu-chart" onZoom={onZoom} />
+        {GPU_CHARTS.map(([name, title, testid]) => (
+          <RankChart key={name} store={store} version={version} name={name} title={title} testid={testid} onZoom={onZoom} noData={noGpu} />
+        ))}
+      </div>
+    </details>
+  );
+}
+
 export function RunCharts({ run, store, version, zoom, setZoom }: Props) {
   const [smooth, setSmooth] = useState(0.6);
   const [showPlanner, setShowPlanner] = useState(true);
@@ -131,6 +176,7 @@ export function RunCharts({ run, store, version, zoom, setZoom }: Props) {
         <MetricChart store={store} version={version} name="step_time_s" title="step time (s)" testid="step-time-chart"
           predicted={thr?.step_time_s} onZoom={onZoom} showPlanner={showPlanner} />
       </div>
+      <SystemCharts run={run} store={store} version={version} onZoom={onZoom} />
     </div>
   );
 }
