@@ -67,13 +67,17 @@ def train(
     plan_path: Path = typer.Option(..., "--plan", help="Plan file with a `run` section (trainer-v1)."),
     run_dir: Path = typer.Option(..., "--run-dir", help="Directory for metrics.jsonl, logs and checkpoints."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint in run-dir."),
+    resume_from: str | None = typer.Option(None, "--resume-from", metavar="stage<i>/checkpoint-<step>",
+                                           help="Continue from this checkpoint; newer ones are moved to "
+                                                "run-dir/checkpoints-discarded/attempt-N first."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and the DeepSpeed, Accelerate and "
                                  "TrainingArguments settings it turns into on this machine; start nothing."),
 ) -> None:
     """Run the Ulysses trainer (starts its own ranks with torchrun when the plan has more than one)."""
     from worker.trainer.cli import run_dry, run_train
 
-    raise typer.Exit(run_dry(plan_path) if dry_run else run_train(plan_path, run_dir, resume))
+    raise typer.Exit(run_dry(plan_path) if dry_run else run_train(plan_path, run_dir, resume,
+                                                                  resume_from=resume_from))
 
 
 @app.command()

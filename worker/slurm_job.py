@@ -77,10 +77,11 @@ def rendezvous_env(env: dict[str, str], run_id: int, port_base: int) -> dict[str
             "ULAB_RDZV_ID": f"ulab-run{run_id}-job{job_id}-restart{restart}"}
 
 
-def trainer_command(plan_path: Path, run_dir: Path, resume: bool, attempt: int) -> list[str]:
+def trainer_command(plan_path: Path, run_dir: Path, resume: bool, attempt: int,
+                    resume_from: str | None = None) -> list[str]:
     cmd = [sys.executable, "-m", "worker.trainer", "--plan", str(plan_path), "--run-dir", str(run_dir),
            "--attempt", str(attempt)]
-    return cmd + (["--resume"] if resume else [])
+    return cmd + (["--resume"] if resume else []) + (["--resume-from", resume_from] if resume_from else [])
 
 
 def run_job(plan_path: Path) -> int:
@@ -108,8 +109,11 @@ def run_job(plan_path: Path) -> int:
     attempt = previous_attempt(run_dir, node_rank) + 1
     lock = lock_file(run_dir, node_rank)
     env.update(attempt_tag(lock, attempt))
-    procs = AttemptProcesses(start_group(trainer_command(plan_path, run_dir, resume, attempt), log_path, env=env),
-                             lock, attempt)
+    # "resume from here" (the job script's ULAB_RESUME_FROM): on the job's first start only; a requeued start goes on
+    # from the newest checkpoint, which may be one this job saved after it
+    resume_from = env.get("ULAB_RESUME_FROM") if restart == 0 else None
+    procs = AttemptProcesses(start_group(trainer_command(plan_path, run_dir, resume, attempt, resume_from), log_path,
+                                         env=env), lock, attempt)
     shipper = MetricShipper(run_dir, settings.api_url, run_id, worker_token())
 
     def beat() -> bool:  # cancel reaches the job through scancel, never through the heartbeat

@@ -82,14 +82,16 @@ def execute_run(run_id: int, node_rank: int = 0) -> str:
     return supervise_node(run, node_rank, settings)
 
 
-def trainer_command(plan_path: Path, run_dir: Path, attempt: int) -> list[str]:
+def trainer_command(plan_path: Path, run_dir: Path, attempt: int, resume_from: str | None = None) -> list[str]:
     """`ulab train` as an argument list (no shell): it takes the run directory's lock for this attempt, checks
     the plan and data, then starts torchrun with one process per rank. Later attempts resume from the last
-    checkpoint."""
+    checkpoint, or from `resume_from` (the run's "resume from here": the newer checkpoints are moved aside)."""
     cmd = [sys.executable, "-m", "worker.trainer", "--plan", str(plan_path), "--run-dir", str(run_dir),
            "--attempt", str(attempt)]
     if attempt > 1:  # the trainer resumes from its newest checkpoint, or starts at step 1 if it has none
         cmd.append("--resume")
+        if resume_from:
+            cmd += ["--resume-from", resume_from]
     return cmd
 
 
@@ -120,7 +122,7 @@ def launch(run: Run, settings, node_rank: int, rdzv_endpoint: str | None):
     if rdzv_endpoint:
         env.update(ULAB_RDZV_ENDPOINT=rdzv_endpoint, ULAB_NODE_RANK=str(node_rank),
                    ULAB_RDZV_ID=f"ulab-run{run.id}-attempt{run.attempt}")
-    proc = start_group(trainer_command(plan_path, run_dir, run.attempt), log_path, env=env)
+    proc = start_group(trainer_command(plan_path, run_dir, run.attempt, run.resume_from), log_path, env=env)
     log.info("run %s node %s: started trainer pid %s in %s", run.id, node_rank, proc.pid, run_dir)
     return AttemptProcesses(proc, lock, run.attempt), run_dir, log_path
 

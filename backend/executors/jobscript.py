@@ -43,6 +43,7 @@ class JobRequest:
     account: str = ""
     qos: str = ""
     time_limit: str = ""
+    resume_from: str = ""  # "resume from here": stage<i>/checkpoint-<step> (CHECKPOINT_REF), else empty
 
 
 def resource_lines(req: JobRequest) -> list[str]:
@@ -56,6 +57,10 @@ def resource_lines(req: JobRequest) -> list[str]:
     return lines
 
 
+# The form of a checkpoint reference (worker/trainer/checkpoints.CHECKPOINT_REF): nothing else reaches the script.
+CHECKPOINT_REF = re.compile(r"^stage\d{1,4}/checkpoint-\d{1,12}$")
+
+
 def render(req: JobRequest) -> str:
     for field in ("run_id", "attempt", "nodes", "gpus_per_node", "grace_s"):
         value = getattr(req, field)
@@ -63,7 +68,10 @@ def render(req: JobRequest) -> str:
             raise ValueError(f"{field}: {value!r} is not a whole number")
     if req.nodes < 1:
         raise ValueError(f"nodes: {req.nodes} (at least 1)")
-    values = {"run_id": str(req.run_id), "attempt": str(req.attempt), "nodes": str(req.nodes),
+    if req.resume_from and not CHECKPOINT_REF.match(req.resume_from):
+        raise ValueError(f"resume_from: {req.resume_from[:80]!r} is not stage<i>/checkpoint-<step>")
+    values = {"resume_line": f"export ULAB_RESUME_FROM={req.resume_from}" if req.resume_from else "",
+              "run_id": str(req.run_id), "attempt": str(req.attempt), "nodes": str(req.nodes),
               "grace_s": str(min(req.grace_s, 65535)), "resource_lines": "\n".join(resource_lines(req)),
               "ulab": shlex.quote(req.ulab), "plan": shlex.quote(str(req.plan))}
     return SLOT.sub(lambda m: values[m.group(1)], TEMPLATE.read_text())

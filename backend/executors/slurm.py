@@ -102,7 +102,7 @@ def job_request(run: Run, settings: Settings, plan_path: Path) -> JobRequest:
     return JobRequest(
         run_id=run.id, attempt=run.attempt, nodes=max(1, int(hw.get("num_nodes", 1) or 1)),
         gpus_per_node=int(hw.get("gpus_per_node", 1) or 1) if gpus else 0, grace_s=int(math.ceil(grace)),
-        plan=plan_path, ulab=ulab_path(settings),
+        plan=plan_path, ulab=ulab_path(settings), resume_from=run.resume_from or "",
         partition=check_name(run.slurm_partition or queue_setting(settings, "slurm_partition", queue),
                              "slurm_partition"),
         account=check_name(queue_setting(settings, "slurm_account", queue), "slurm_account"),

@@ -47,6 +47,8 @@ class Run(Base):
     final_loss_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # when the API last stored a step's loss (metric ingest): the clock of the `stalled` alert (metrics/alerts.py)
     last_step_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # "resume from here": the checkpoint (stage<i>/checkpoint-<step>) the queued attempt resumes from; null: newest
+    resume_from: Mapped[str | None] = mapped_column(String(64), nullable=True)
     tags: Mapped[list | None] = mapped_column(JSON, nullable=True)
     notes: Mapped[str | None] = mapped_column(Text, nullable=True)
     # Who runs it (backend/executors): "celery" (a worker claims it) or "slurm" (one sbatch job). For Slurm runs:

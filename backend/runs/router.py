@@ -7,7 +7,7 @@ from fastapi.responses import PlainTextResponse
 import plan as planner
 from backend.api.deps import Approver, Reader, RowId, SessionDep, Submitter
 from backend.runs import service
-from backend.runs.schemas import CheckpointOut, EventOut, LogOut, RunCreate, RunLabels, RunOut
+from backend.runs.schemas import CheckpointOut, EventOut, LogOut, RetryIn, RunCreate, RunLabels, RunOut
 from backend.runs.states import RunState
 from plan.results import Fix
 
@@ -59,9 +59,10 @@ def cancel_run(run_id: RowId, session: SessionDep, user: Submitter) -> RunOut:
 
 
 @router.post("/{run_id}/retry")
-def retry_run(run_id: RowId, session: SessionDep, _: Approver) -> RunOut:
-    """Queue the next attempt of a failed, oom, cancelled or lost run; it resumes from the last checkpoint."""
-    return RunOut.model_validate(service.retry_run(session, run_id))
+def retry_run(run_id: RowId, session: SessionDep, _: Approver, body: RetryIn | None = None) -> RunOut:
+    """Queue the next attempt of a failed, oom, cancelled or lost run; it resumes from the last checkpoint, or from
+    `from_checkpoint` ("resume from here")."""
+    return RunOut.model_validate(service.retry_run(session, run_id, body.from_checkpoint if body else None))
 
 
 LogRank = Annotated[int | None, Query(ge=0, le=1_000_000, description="one rank's lines, its [rankN]: prefix off")]

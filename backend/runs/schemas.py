@@ -86,6 +86,8 @@ class RunOut(BaseModel):
     last_step: int
     steps: int
     final_loss: float | None = Field(None, description="The loss at the highest step reported so far")
+    resume_from: str | None = Field(None, description="The checkpoint the queued or live attempt resumed from "
+                                                      "(\"resume from here\"); null: the newest")
     tags: list[str] = []
     notes: str = ""
 
@@ -121,11 +123,21 @@ class RunLabels(BaseModel):
     notes: Annotated[str, Field(max_length=10_000)] | None = None
 
 
+class RetryIn(BaseModel):
+    """POST /api/runs/{id}/retry: without a body the next attempt resumes from the newest checkpoint."""
+
+    model_config = ConfigDict(extra="forbid")
+    from_checkpoint: str | None = Field(None, max_length=64, examples=["stage0/checkpoint-100"],
+                                        description="Resume from this checkpoint (stage/checkpoint-step, as listed by "
+                                                    "GET /api/runs/{id}/checkpoints); newer ones are moved aside")
+
+
 class CheckpointOut(BaseModel):
     stage: str
     step: int
     bytes: int
     saved_at: datetime
+    complete: bool = Field(True, description="trainer_state.json written: a retry can resume from it")
 
 
 class LogOut(BaseModel):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -156,11 +157,24 @@ def enqueue(run: Run) -> None:
         log.exception("could not send run %s to its executor", run.id)
 
 
-def retry_run(session: Session, run_id: int) -> Run:
-    """Queue the next attempt of a run that did not succeed; the worker resumes it from its last checkpoint."""
+CHECKPOINT_REF = re.compile(r"^stage\d{1,4}/checkpoint-\d{1,12}$")  # as worker/trainer/checkpoints.py names one
+
+
+def retry_run(session: Session, run_id: int, from_checkpoint: str | None = None) -> Run:
+    """Queue the next attempt of a run that did not succeed; the worker resumes it from its last checkpoint, or from
+    `from_checkpoint` (stage<i>/checkpoint-<step>, one listed by `checkpoints`): the trainer's launcher moves the
+    newer ones to RUN_DIR/checkpoints-discarded/attempt-N before its ranks start."""
     run = get_run(session, run_id)
+    if from_checkpoint is not None:
+        if not CHECKPOINT_REF.match(from_checkpoint):
+            raise UserError(422, "from_checkpoint", f"{from_checkpoint[:80]!r} is not stage<i>/checkpoint-<step>")
+        on_disk = {f"{c['stage']}/checkpoint-{c['step']}" for c in checkpoints(run) if c["complete"]}
+        if from_checkpoint not in on_disk:
+            raise UserError(422, "from_checkpoint", f"run {run_id} has no complete checkpoint {from_checkpoint} "
+                                                    f"(on disk: {', '.join(sorted(on_disk)) or 'none'})")
     check_sources(run)
     transitions.queue_retry(run)
+    run.resume_from = from_checkpoint
     session.commit()
     enqueue(run)
     session.refresh(run)
@@ -212,7 +226,8 @@ def checkpoints(run: Run) -> list[dict]:
             continue
         files = [f for f in ckpt.rglob("*") if f.is_file()]
         out.append({"stage": ckpt.parent.name, "step": int(step), "bytes": sum(f.stat().st_size for f in files),
-                    "saved_at": datetime.fromtimestamp(ckpt.stat().st_mtime, UTC)})
+                    "saved_at": datetime.fromtimestamp(ckpt.stat().st_mtime, UTC),
+                    "complete": (ckpt / "trainer_state.json").is_file()})
     return sorted(out, key=lambda c: (c["saved_at"], c["step"]), reverse=True)
 
 

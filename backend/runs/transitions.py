@@ -93,6 +93,7 @@ def queue_retry(run: Run) -> None:
     # a Slurm run's next attempt is a new job (slurm_requeued keeps the job that Slurm itself requeued)
     run.slurm_job_id = run.slurm_state = run.slurm_reason = run.slurm_nodes = None
     run.claimed_token_id = None
+    run.resume_from = None  # the newest checkpoint, unless the caller names one (service.retry_run)
     run.queued_at = run.sent_at = now()
 
 

@@ -1,6 +1,8 @@
 """The issue's reproduction: a real CPU run at lr=10 diverges; the alert raised at ingest stops it
 (run.stop_on_divergence) with its reason, shown on the run page, as a badge in the runs list and in the run's
 timeline (GET /api/runs/{id}/events)."""
+import time
+
 import pytest
 
 from tests.e2e.browser import chromium_page, screenshot
@@ -48,3 +50,23 @@ def test_a_run_at_lr_10_is_stopped_and_says_why(stack, api, corpus):
         badge = page.locator(f"[data-testid=run-alert-badge-{run['id']}]")
         badge.wait_for(timeout=20_000)
         assert kinds[0].split("_")[0] in badge.inner_text()
+
+        # "resume from here" on the checkpoint the stop saved: attempt 2 resumes from it (the trainer's launcher says
+        # so in the log), then is cancelled
+        ck = api.get(f"/api/runs/{run['id']}/checkpoints").json()[0]
+        ref = f"{ck['stage']}-{ck['step']}"
+        page.goto(f"{stack.url}/#/runs/{run['id']}")
+        page.click(f"[data-testid=resume-from-{ref}]")
+        assert f"resumes from step {ck['step']}" in page.inner_text(f"[data-testid=resume-confirm-{ref}]")
+        page.click(f"[data-testid=resume-yes-{ref}]")
+        page.locator("[data-testid=run-resume-from]").wait_for(timeout=20_000)
+        again = api.get(f"/api/runs/{run['id']}").json()
+        assert again["attempt"] == 2 and again["resume_from"] == f"{ck['stage']}/checkpoint-{ck['step']}", again
+    said = f"--resume-from {ck['stage']}/checkpoint-{ck['step']}: 0 newer checkpoint(s) moved aside"
+    end = time.monotonic() + 120
+    while not any(said in line for line in api.get(f"/api/runs/{run['id']}/log", params={"q": "--resume-from"}
+                                                   ).json()["lines"]):
+        assert time.monotonic() < end, api.get(f"/api/runs/{run['id']}/log").json()["lines"][-20:]
+        time.sleep(0.5)
+    api.post(f"/api/runs/{run['id']}/cancel")
+    assert wait_for(api, run["id"], {"cancelled", "succeeded"}, timeout_s=120)["attempt"] == 2

@@ -3,6 +3,7 @@ skipped or repeated, a resume at another world size is refused, and SIGTERM chec
 continue the uninterrupted curve."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -99,3 +100,17 @@ def test_sigterm_checkpoints_then_sigkill_and_resume_continue_the_curve(runs):
         assert abs(a["loss"] - b["loss"]) <= 1e-5, (a["step"], a["loss"], b["loss"])
         assert abs(a["lr"] - b["lr"]) <= 1e-12
     assert len(list((run_dir / "checkpoints/stage0").glob("checkpoint-*"))) <= 2, "keep_checkpoints=2"
+
+    # "resume from here" on the older of the two checkpoints kept: the newer one is moved aside, and the steps after
+    # the older one are trained again, equal to the uninterrupted run
+    older, newer = sorted(int(p.name.rsplit("-", 1)[1]) for p in (run_dir / "checkpoints/stage0").glob("checkpoint-*"))
+    proc = train(plan, run_dir, resume_from=f"stage0/checkpoint-{older}")
+    check_ok(proc)
+    said = f"--resume-from stage0/checkpoint-{older}: 1 newer checkpoint(s) moved aside"
+    assert said in proc.stdout, proc.stdout[-2000:]
+    assert list(run_dir.glob(f"checkpoints-discarded/attempt-*/stage0/checkpoint-{newer}/trainer_state.json"))
+    last = max(run_dir.glob("metrics.attempt-*.jsonl"), key=lambda p: int(p.stem.rsplit("-", 1)[1]))
+    redone = [json.loads(line) for line in last.read_text().splitlines()]
+    assert [m["step"] for m in redone] == list(range(older + 1, STEPS + 1)), last
+    for a, b in zip(base[older:], redone):
+        assert abs(a["loss"] - b["loss"]) <= 1e-5, (a["step"], a["loss"], b["loss"])

@@ -46,8 +46,10 @@ def make_plan(path: Path, data: Path, *, sp: int = 1, dp: int = 1, gas: int = 1,
     return path
 
 
-def train(plan: Path, run_dir: Path, *, resume: bool = False, timeout: float = 240) -> subprocess.CompletedProcess:
+def train(plan: Path, run_dir: Path, *, resume: bool = False, resume_from: str | None = None,
+          timeout: float = 240) -> subprocess.CompletedProcess:
     cmd = [str(ULAB), "train", "--plan", str(plan), "--run-dir", str(run_dir)] + (["--resume"] if resume else [])
+    cmd += ["--resume-from", resume_from] if resume_from else []
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 

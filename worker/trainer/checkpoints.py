@@ -13,6 +13,32 @@ import re
 from pathlib import Path
 
 LAYOUT_FILE = "ulab_layout.json"
+# A checkpoint as a run names it (`run.resume_from`, `--resume-from`): relative to RUN_DIR/checkpoints
+CHECKPOINT_REF = re.compile(r"^stage(\d{1,4})/checkpoint-(\d{1,12})$")
+DISCARDED_DIR = "checkpoints-discarded"
+
+
+def discard_newer(run_dir: Path, ref: str, attempt: int) -> list[Path]:
+    """Make the checkpoint `ref` (stage<i>/checkpoint-<k>) the newest, so --resume continues from it: every newer
+    checkpoint is moved (not deleted) to RUN_DIR/checkpoints-discarded/attempt-<attempt>/. Answers where they went.
+    Raises ValueError naming --resume-from when `ref` is malformed or not a complete checkpoint. Call it with the run
+    directory's lock held (the launcher), so no rank is writing checkpoints meanwhile."""
+    m = CHECKPOINT_REF.match(ref)
+    if m is None:
+        raise ValueError(f"--resume-from: {ref[:100]!r} is not stage<i>/checkpoint-<step>")
+    chosen = Path(run_dir) / "checkpoints" / ref
+    if not (chosen / "trainer_state.json").is_file():
+        raise ValueError(f"--resume-from: {chosen} is not a complete checkpoint (no trainer_state.json)")
+    key = (int(m.group(1)), int(m.group(2)))
+    moved = []
+    for ck in sorted(Path(run_dir).glob("checkpoints/stage*/checkpoint-*")):
+        found = CHECKPOINT_REF.match(f"{ck.parent.name}/{ck.name}")
+        if found and (int(found.group(1)), int(found.group(2))) > key:
+            dest = Path(run_dir) / DISCARDED_DIR / f"attempt-{attempt}" / ck.parent.name / ck.name
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            ck.rename(dest)
+            moved.append(dest)
+    return moved
 
 
 def latest_checkpoint(run_dir: Path):

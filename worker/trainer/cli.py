@@ -8,6 +8,9 @@ inside torchrun (LOCAL_RANK set) or for a single rank it trains in this process.
 `--resume` continues from the newest complete checkpoint (step numbering, optimizer, LR schedule and data
 position); without any checkpoint yet it starts from step 1, so a retry can always pass --resume.
 
+`--resume-from stage<i>/checkpoint-<step>` ("resume from here" on the run page): the launcher first moves every newer
+checkpoint to RUN_DIR/checkpoints-discarded/attempt-N, then resumes as --resume does.
+
 `--attempt N` (the worker passes the run's attempt; a run started by hand counts on from the lock file): the
 launcher takes the run directory's lock for attempt N first, stopping any process of another attempt still in it,
 and the attempt writes its own metrics file (attempt.py). A stop (SIGTERM or SIGINT) is forwarded once to
@@ -123,7 +126,8 @@ def hold_run_dir(plan_path: Path, run_dir: Path, attempt: int | None) -> attempt
     return lock
 
 
-def run_train(plan_path: Path, run_dir: Path, resume: bool, attempt: int | None = None) -> int:
+def run_train(plan_path: Path, run_dir: Path, resume: bool, attempt: int | None = None,
+              resume_from: str | None = None) -> int:
     plan_path, run_dir = Path(plan_path), Path(run_dir)
     from .data import DataError
 
@@ -133,6 +137,17 @@ def run_train(plan_path: Path, run_dir: Path, resume: bool, attempt: int | None 
     except (attempts.LockBusy, OSError) as e:
         _say(f"error: {e}")
         return EXIT_FAILED
+    if resume_from and "LOCAL_RANK" not in os.environ:  # the launcher, with the lock: no rank is saving now
+        from .checkpoints import discard_newer
+
+        try:
+            moved = discard_newer(run_dir, resume_from, lock.attempt or 0)
+        except (ValueError, OSError) as e:
+            _say(f"error: {e}")
+            return EXIT_BAD_INPUT
+        print(f"--resume-from {resume_from}: {len(moved)} newer checkpoint(s) moved aside"
+              + (f" ({', '.join(str(p) for p in moved)})" if moved else ""), flush=True)
+        resume = True
     try:
         spec = validate(plan_path, run_dir, resume)
     except (PlanError, DataError) as e:
@@ -226,5 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run-dir", required=True, type=Path)
     p.add_argument("--resume", action="store_true")
     p.add_argument("--attempt", type=int, default=None, help="the run's attempt number (the worker passes it)")
+    p.add_argument("--resume-from", default=None, metavar="stage<i>/checkpoint-<step>",
+                   help="resume from this checkpoint under RUN_DIR/checkpoints; the newer ones are moved to "
+                        "RUN_DIR/checkpoints-discarded/attempt-N first (implies --resume)")
     a = p.parse_args(argv)
-    return run_train(a.plan, a.run_dir, a.resume, a.attempt)
+    return run_train(a.plan, a.run_dir, a.resume, a.attempt, a.resume_from)

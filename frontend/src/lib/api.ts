@@ -142,10 +142,12 @@ export const api = {
   cancel: (id: number) => request<Run>("POST", `/api/runs/${id}/cancel`),
   /** the run's timeline, oldest first: submitted, approved, each attempt's start and end, alerts */
   events: (id: number) => request<RunEvent[]>("GET", `/api/runs/${id}/events`),
-  checkpoints: (id: number) => request<{ stage: string; step: number; bytes: number; saved_at: string }[]>("GET", `/api/runs/${id}/checkpoints`),
+  checkpoints: (id: number) => request<Schemas["CheckpointOut"][]>("GET", `/api/runs/${id}/checkpoints`),
   label: (id: number, labels: { tags?: string[]; notes?: string }) => request<Run>("PATCH", `/api/runs/${id}`, labels),
   /** the next attempt of the same run, resuming from its last checkpoint (approvers) */
   retry: (id: number) => request<Run>("POST", `/api/runs/${id}/retry`),
+  /** "resume from here": the next attempt resumes from this checkpoint; newer ones are moved aside (approvers) */
+  retryFrom: (id: number, checkpoint: string) => request<Run>("POST", `/api/runs/${id}/retry`, { from_checkpoint: checkpoint }),
   /** the end of the trainer log: all of it, one rank's lines or the launcher's, only lines containing `q` */
   log: (id: number, lines = 200, filter: LogFilter = {}) =>
     request<{ lines: string[]; ranks: number }>("GET", `/api/runs/${id}/log?${logParams(filter, lines)}`),

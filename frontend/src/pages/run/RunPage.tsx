@@ -1,6 +1,7 @@
 import { useEffect, useMemo, useRef, useState } from "react";
 import { RunActions, StateBadge } from "../../components/RunActions";
 import { api, gpuName, type Fix, type Plan, type Run, type RunEvent } from "../../lib/api";
+import { can, useAuth } from "../../lib/auth";
 import { fmtDuration, fmtGiB, fmtNum, fmtSeq, fmtTime } from "../../lib/format";
 import { navigate } from "../../lib/route";
 import { FixView } from "../planner/Advice";
@@ -16,26 +17,59 @@ function modelName(run: Run): string {
   return c ? `custom (${c.num_hidden_layers ?? "?"}L, h${c.hidden_size ?? "?"})` : "–";
 }
 
-/** The checkpoints on disk, newest first: Retry resumes a failed or stopped run from the newest. */
-function Checkpoints({ run }: { run: Run }) {
-  const [rows, setRows] = useState<{ stage: string; step: number; bytes: number; saved_at: string }[] | null>(null);
+/** The checkpoints on disk, newest first: Retry resumes a failed or stopped run from the newest, "resume from here"
+ * from the one chosen (its newer checkpoints are moved aside, not deleted). */
+function Checkpoints({ run, onChange }: { run: Run; onChange: (r: Run) => void }) {
+  const { identity } = useAuth();
+  const [rows, setRows] = useState<{ stage: string; step: number; bytes: number; saved_at: string; complete?: boolean }[] | null>(null);
+  const [asking, setAsking] = useState<string | null>(null);
+  const [error, setError] = useState("");
   useEffect(() => {
     api.checkpoints(run.id).then(setRows).catch(() => setRows([]));
   }, [run.id, run.state, run.last_step]);
   if (!rows || rows.length === 0) return null;
+  const retryable = ["failed", "oom", "lost", "cancelled"].includes(run.state) && can(identity, "approve");
+  const resume = async (ref: string) => {
+    setError("");
+    try {
+      onChange(await api.retryFrom(run.id, ref));
+      setAsking(null);
+    } catch (e) {
+      setError((e as Error).message);
+    }
+  };
   return (
     <div className="card" data-testid="run-checkpoints">
       <h3>Checkpoints <span className="muted small">(newest first; Retry resumes from the newest)</span></h3>
       <table className="table">
-        <thead><tr><th>stage</th><th>step</th><th>size</th><th>saved</th></tr></thead>
+        <thead><tr><th>stage</th><th>step</th><th>size</th><th>saved</th><th></th></tr></thead>
         <tbody>
-          {rows.map((c) => (
-            <tr key={`${c.stage}-${c.step}`} data-testid={`checkpoint-${c.stage}-${c.step}`}>
-              <td>{c.stage}</td><td>{c.step}</td><td>{fmtGiB(c.bytes / 2 ** 30)}</td><td>{fmtTime(c.saved_at)}</td>
-            </tr>
-          ))}
+          {rows.map((c) => {
+            const ref = `${c.stage}/checkpoint-${c.step}`;
+            return (
+              <tr key={ref} data-testid={`checkpoint-${c.stage}-${c.step}`}>
+                <td>{c.stage}</td><td>{c.step}</td><td>{fmtGiB(c.bytes / 2 ** 30)}</td><td>{fmtTime(c.saved_at)}</td>
+                <td>
+                  {retryable && c.complete !== false && asking !== ref ? (
+                    <button type="button" data-testid={`resume-from-${c.stage}-${c.step}`} onClick={() => setAsking(ref)}>
+                      Resume from here
+                    </button>
+                  ) : null}
+                  {asking === ref ? (
+                    <span className="confirm" data-testid={`resume-confirm-${c.stage}-${c.step}`}>
+                      A new attempt resumes from step {c.step}; newer checkpoints are moved aside.
+                      <button type="button" className="primary" data-testid={`resume-yes-${c.stage}-${c.step}`} onClick={() => resume(ref)}>Resume</button>
+                      <button type="button" onClick={() => setAsking(null)}>Keep as is</button>
+                    </span>
+                  ) : null}
+                </td>
+              </tr>
+            );
+          })}
         </tbody>
       </table>
+      {run.resume_from ? <div className="muted small" data-testid="run-resume-from">attempt {run.attempt} resumes from {run.resume_from}</div> : null}
+      {error ? <div className="field-error" data-testid="resume-error">{error}</div> : null}
     </div>
   );
 }
@@ -256,7 +290,7 @@ export function RunPage({ id }: { id: number }) {
       <Header run={run} live={live} lastPointAt={lastPointAt} onChange={setRun} />
       <Labels key={run.id} run={run} onChange={setRun} />
       <Timeline run={run} />
-      <Checkpoints run={run} />
+      <Checkpoints run={run} onChange={setRun} />
       {failed ? (
         <div className="card error" data-testid="error-panel">
           <h3>{run.state === "oom" ? "Out of memory" : run.state === "lost" ? "Worker lost (heartbeat stopped)" : "Run failed"}</h3>
