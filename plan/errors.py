@@ -14,7 +14,7 @@ from typing import Any, TypedDict
 
 from pydantic import BaseModel, ValidationError
 
-from .model import UNION_TAGS
+from .model import TAGGED_MODELS, UNION_TAGS
 
 
 class FieldError(TypedDict):
@@ -51,7 +51,10 @@ def known_fields(root: type[BaseModel] | None, loc: Sequence[Any]) -> list[str]:
     """Field names of the model found at `loc` below `root` (empty when the path leaves the models)."""
     candidates: list[type[BaseModel]] = [root] if root is not None else []
     for part in loc:
-        if isinstance(part, int) or part in UNION_TAGS:
+        if isinstance(part, int):
+            continue
+        if part in UNION_TAGS:  # the member of a tagged union the value was read as: its fields only
+            candidates = [m for m in candidates if TAGGED_MODELS.get(str(part)) is m] or candidates
             continue
         nxt: list[type[BaseModel]] = []
         for model in candidates:

@@ -60,7 +60,7 @@ def _gpu_kind(value: Any) -> str | None:
 
 
 # Tags of tagged unions appear in pydantic's error locations; plan.errors drops them from field names.
-UNION_TAGS = frozenset({"gpu-name", "gpu-object"})
+UNION_TAGS = frozenset({"gpu-name", "gpu-object", "train", "passkey"})  # TAGGED_MODELS maps them to models
 GpuChoice = Annotated[
     Annotated[str, Tag("gpu-name")] | Annotated[CustomGpu, Tag("gpu-object")],
     Discriminator(_gpu_kind, custom_error_type="gpu_type",
@@ -116,11 +116,53 @@ class Training(Section):
 class Stage(Section):
     """One stage of progressive context extension; learning-rate fields default to the run's."""
 
+    kind: Literal["train"] = "train"
     seq_len: int = Field(ge=1, le=1 << 30)
     steps: int = Field(ge=1, le=10_000_000)
     learning_rate: float | None = Field(None, gt=0, le=10)
     warmup_steps: int | None = Field(None, ge=0, le=10_000_000)
     lr_scheduler: LrScheduler | None = None
+
+
+PASSKEY_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
+PASSKEY_MIN_LEN = 128  # the key's sentence, the question and the answer take about 80 bytes (the byte tokenizer)
+
+
+class PasskeyStage(Section):
+    """A passkey (needle-in-a-haystack) test of the model the training stage before it ends with: a five-digit key
+    hidden at each depth of a filler text of each length, then asked for; the score is the share of the key's
+    tokens the model predicts (argmax, teacher-forced) at the answer. Trains nothing (worker/trainer/evaluate.py)."""
+
+    kind: Literal["passkey"]
+    seq_len: int = Field(ge=PASSKEY_MIN_LEN, le=1 << 30, description="The longest context tested")
+    lengths: list[Annotated[int, Field(ge=PASSKEY_MIN_LEN, le=1 << 30)]] | None = Field(
+        None, min_length=1, max_length=16, description="Context lengths tested; absent: seq_len/8, /4, /2 and seq_len "
+                                                       "(each a multiple of sp_size)")
+    depths: list[Annotated[float, Field(ge=0, le=1)]] = Field(
+        list(PASSKEY_DEPTHS), min_length=1, max_length=21, description="Where the key sits in the filler: 0 at the "
+                                                                       "start, 1 right before the question")
+    trials: int = Field(1, ge=1, le=100, description="Keys tried per cell (the score is their mean)")
+
+    def test_lengths(self, sp_size: int) -> list[int]:
+        """The context lengths tested: `lengths`, or seq_len/8, /4, /2, seq_len rounded down to multiples of sp."""
+        raw = self.lengths or [self.seq_len // 8, self.seq_len // 4, self.seq_len // 2, self.seq_len]
+        return sorted({n - n % sp_size for n in raw if n - n % sp_size >= PASSKEY_MIN_LEN})
+
+
+def _stage_kind(value: Any) -> str | None:
+    kind = value.get("kind", "train") if isinstance(value, dict) else getattr(value, "kind", None)
+    return kind if kind in ("train", "passkey") else None
+
+
+StageEntry = Annotated[
+    Annotated[Stage, Tag("train")] | Annotated[PasskeyStage, Tag("passkey")],
+    Discriminator(_stage_kind, custom_error_type="stage_kind",
+                  custom_error_message='kind must be "train" (the default) or "passkey"'),
+]
+
+
+# The model each tag of the plan's tagged unions reads a value as (plan.errors names that model's fields only)
+TAGGED_MODELS: dict[str, type[BaseModel]] = {"gpu-object": CustomGpu, "train": Stage, "passkey": PasskeyStage}
 
 
 class Data(Section):
@@ -145,7 +187,15 @@ class RunSection(Section):
                                    description="A local checkpoint directory or a Hugging Face hub id")
     checkpoint_every: int = Field(100, ge=0, le=10_000_000, description="Steps between checkpoints (0: never)")
     keep_checkpoints: int = Field(2, ge=1, le=1000)
-    stages: list[Stage] | None = Field(None, min_length=1, max_length=64)
+    stages: list[StageEntry] | None = Field(None, min_length=1, max_length=64,
+                                            description="Training stages (progressive context extension), each "
+                                                        "optionally followed by passkey tests of its model")
+    # Loss by token position (worker/trainer/evaluate.py): the last eval_rows rows of each stage's packed data are
+    # held back from training and scored in log2-spaced buckets of the position inside the document.
+    eval_rows: int = Field(0, ge=0, le=10_000, description="Rows of each stage's data held back for the "
+                                                           "loss-by-position evaluation (0: none)")
+    eval_every: int = Field(0, ge=0, le=10_000_000, description="Steps between loss-by-position evaluations "
+                                                                "(0: at the end of each stage only)")
     track_memory: bool = Field(True, description="Measure each rank's peak memory per step")
     # Alerts at metric ingest (backend/metrics/alerts.py). 10x: cross-entropy starts near ln(vocab) and falls, so a
     # healthy run stays within a few times its early minimum; a diverging one grows by orders of magnitude.
@@ -200,11 +250,22 @@ class Plan(Section):
         run = self.run
         if run is None:
             return []
-        raw = run.stages or [Stage(seq_len=self.training.seq_len, steps=run.steps)]
+        raw = [s for s in run.stages or [] if isinstance(s, Stage)] or [Stage(seq_len=self.training.seq_len,
+                                                                               steps=run.steps)]
         return [StagePlan(seq_len=s.seq_len, steps=s.steps,
                           learning_rate=run.learning_rate if s.learning_rate is None else s.learning_rate,
                           warmup_steps=run.warmup_steps if s.warmup_steps is None else s.warmup_steps,
                           lr_scheduler=s.lr_scheduler or run.lr_scheduler) for s in raw]
+
+    def passkey_tests(self) -> list[tuple[int, PasskeyStage]]:
+        """(index of the training stage whose model is tested, test) for each passkey entry of `run.stages`."""
+        out, trained = [], -1
+        for entry in (self.run.stages or []) if self.run is not None else []:
+            if isinstance(entry, Stage):
+                trained += 1
+            else:
+                out.append((trained, entry))
+        return out
 
     def total_steps(self) -> int:
         return sum(s.steps for s in self.stages())

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from . import catalog as cat
 from .errors import FieldError, error
-from .model import Plan
+from .model import PASSKEY_MIN_LEN, Plan
 
 # Ulysses (sp_size > 1): DeepSpeed's UlyssesSPAttentionHF.register_with_transformers rejects "eager" (ulysses_sp.py:
 # it needs a causal kernel that takes no mask; the masks are discarded after the all-to-all).
@@ -121,6 +121,20 @@ def _run(plan: Plan, model: cat.ModelSpec | None, errors: list[FieldError]) -> N
             errors.append(error(f"run.stages[{i}].seq_len",
                                 f"{stage.seq_len} is longer than training.seq_len ({seq}), the length the plan is "
                                 "estimated at; set training.seq_len to the longest stage"))
+    trained = False
+    for i, entry in enumerate(run.stages or []):
+        if entry.kind == "train":
+            trained = True
+            continue
+        if not trained:
+            errors.append(error(f"run.stages[{i}].kind", "a passkey test scores the model of the training stage "
+                                                        "before it: put a training stage first"))
+        if any(n > entry.seq_len for n in entry.lengths or []):
+            errors.append(error(f"run.stages[{i}].lengths", f"every length must be at most the stage's seq_len "
+                                                           f"({entry.seq_len})"))
+        elif not entry.test_lengths(sp):
+            errors.append(error(f"run.stages[{i}].lengths", f"no length is at least {PASSKEY_MIN_LEN} tokens once "
+                                                           f"rounded down to a multiple of sp_size ({sp})"))
     if run.model_path is None:
         if plan.model.config is None:
             errors.append(error("run.model_path", "null needs model.config (an architecture to build with random "

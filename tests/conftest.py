@@ -60,7 +60,11 @@ def corpus(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def trained_run(api, corpus) -> dict:
-    """One real Ulysses SP run (sp=2, 2 CPU ranks, seq_len 512) trained to the end; shared across tests."""
-    run = submit(api, tiny_plan(sp_size=2), {"steps": TRAINED_STEPS, "learning_rate": 1e-3, "seed": 0,
-                                             "data": {"path": str(corpus)}}, name="tiny-sp2")
+    """One real Ulysses SP run (sp=2, 2 CPU ranks, seq_len 512) trained to the end; shared across tests. It holds one
+    row back and scores it by position every 6 steps, and ends with a passkey test of its model (evaluate.py)."""
+    run = submit(api, tiny_plan(sp_size=2), {
+        "learning_rate": 1e-3, "seed": 0, "data": {"path": str(corpus)}, "eval_rows": 1, "eval_every": 6,
+        "stages": [{"seq_len": 512, "steps": TRAINED_STEPS},
+                   {"kind": "passkey", "seq_len": 512, "lengths": [128, 256, 512], "depths": [0.0, 0.5, 1.0]}],
+    }, name="tiny-sp2")
     return wait_for(api, run["id"], {"succeeded"}, timeout_s=300)

@@ -53,7 +53,7 @@ def check_run_spec(spec: dict, settings: Settings) -> dict:
     """Rewrite a run spec's paths to checked absolute paths and enforce the size bounds; answers the spec."""
     run = spec["run"]
     check_paths(run, settings)
-    steps = sum(s["steps"] for s in run.get("stages") or []) or run.get("steps", 0)
+    steps = sum(s.get("steps", 0) for s in run.get("stages") or []) or run.get("steps", 0)  # passkey: none
     if steps > settings.max_steps:
         raise UserError(422, "run.steps", f"{steps} steps is above the limit of {settings.max_steps}")
     seq_lens = [spec["training"]["seq_len"]] + [s["seq_len"] for s in run.get("stages") or []]

@@ -43,6 +43,32 @@ def test_run_page_shows_the_loss_curve_of_a_trained_run(stack, api, trained_run)
         screenshot(page, "run-page")
 
 
+def test_loss_by_position_and_the_passkey_heatmap_of_a_trained_run(stack, api, trained_run):
+    """The run's long-context evaluations, stored as metric points at their step: the held-back row's loss in log2
+    position buckets at steps 6 and 12, one curve each, and the passkey grid after the stage (3 lengths x 3 depths)."""
+    run_id = trained_run["id"]
+    names = set(api.get(f"/api/runs/{run_id}/metrics/names").json())
+    assert {"eval_loss", "pos_loss@1", "pos_loss@512", "passkey@128@0", "passkey@512@100"} <= names, names
+    at = api.get(f"/api/runs/{run_id}/metrics", params={"name": "pos_loss@512"}).json()["series"][0]["step"]
+    assert at == [6, 12], at
+    scores = {n: api.get(f"/api/runs/{run_id}/metrics", params={"name": n}).json()["series"][0]
+              for n in names if n.startswith("passkey@")}
+    assert len(scores) == 9 and all(s["step"] == [12] and 0 <= s["last"][0] <= 1 for s in scores.values())
+    with chromium_page(height=1400) as page:
+        page.goto(f"{stack.url}/#/runs/{run_id}")
+        page.wait_for_function("document.querySelector('[data-testid=position-loss-wrap]')?.dataset.evaluations "
+                               "=== '2'", timeout=20_000)
+        assert int(page.get_attribute("[data-testid=position-loss-chart]", "data-points")) == 10  # 10 buckets
+        title = page.inner_text("[data-testid=position-loss-chart] .chart-title")
+        assert "2 evaluation(s)" in title, title
+        cell = page.locator("[data-testid=passkey-12-512-50]")
+        cell.wait_for(timeout=20_000)
+        assert float(cell.get_attribute("data-score")) == scores["passkey@512@50"]["last"][0]
+        assert page.locator("[data-testid=passkey-heatmap-12] td").count() == 9
+        page.locator("[data-testid=eval-charts]").scroll_into_view_if_needed()
+        screenshot(page, "run-page-long-context-evals")
+
+
 def test_planner_lines_are_drawn_near_the_measurement_and_left_out_when_over_10x_off(stack, api, corpus):
     run = submit(api, tiny_plan(sp_size=2), {"steps": 50, "data": {"path": str(corpus)}}, name="ui-planner-lines",
                  approve=False)

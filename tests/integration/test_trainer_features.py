@@ -13,6 +13,7 @@ import pytest
 
 from plan.launch import torchrun_command
 from tests.integration.test_trainer_support import make_plan, metrics, train
+from worker.trainer.attempt import read_evals
 from worker.trainer.net import free_port
 
 pytestmark = pytest.mark.slow
@@ -38,10 +39,23 @@ def test_alst_features_under_zero3_with_offload_match_the_plain_run(runs):
 
 
 def test_two_stage_run_starts_stage_two_from_stage_one(runs):
+    """Also the long-context evaluations: a passkey test of stage 1's model, and the loss by position of each
+    stage's held-back row at its end (the run page draws both)."""
     run_dir = runs.get("stages", sp=2, dp=1, gas=1, steps=1, seq_len=512,  # the plan is estimated at the longest
-                       stages=[{"seq_len": 256, "steps": 4}, {"seq_len": 512, "steps": 3}])
+                       stages=[{"seq_len": 256, "steps": 4},
+                               {"kind": "passkey", "seq_len": 512, "lengths": [128, 512], "depths": [0, 0.5, 1]},
+                               {"seq_len": 512, "steps": 3}], eval_rows=1)
     m = metrics(run_dir)
     assert [x["step"] for x in m] == list(range(1, 8))
+    evals = read_evals(run_dir)
+    assert [(e["eval"], e["step"], e["stage"]) for e in evals] == [
+        ("position_loss", 4, 0), ("passkey", 4, 0), ("position_loss", 7, 1)], evals
+    for e in (evals[0], evals[2]):  # log2 buckets of the position in the document (the documents are short)
+        edges = [int(k.split("@")[1]) for k in e if k.startswith("pos_loss@")]
+        assert edges == [2 ** k for k in range(len(edges))] and e["eval_loss"] > 0, e
+    cells = {k: v for k, v in evals[1].items() if k.startswith("passkey@")}
+    assert sorted(cells) == sorted(f"passkey@{n}@{d}" for n in (128, 512) for d in (0, 50, 100))
+    assert all(0 <= v <= 1 for v in cells.values())  # a tiny random model scores about nothing: the machinery runs
     assert [x["seq_len"] for x in m] == [256] * 4 + [512] * 3
     assert (run_dir / "stages" / "stage0" / "model.safetensors").exists()
     # a fresh model starts near ln(vocab) = 6.24; stage 2 must start from stage 1's weights, well below it

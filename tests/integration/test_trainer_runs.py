@@ -15,6 +15,7 @@ from safetensors.torch import load_file
 
 from tests.integration.test_trainer_support import CONTRACT, ULAB, metrics
 from tests.integration.trainer_runs import SINGLE_STEPS, STEPS, losses
+from worker.trainer.attempt import read_evals
 
 pytestmark = pytest.mark.slow
 
@@ -42,6 +43,27 @@ def test_sp2_loss_equals_single_process_every_step(runs):
     assert len(sp[0]["peak_allocated_gib"]) == 2 and all(v > 0 for v in sp[0]["peak_allocated_gib"])
     assert sp[0]["memory_measure"] == "cpu_tensor_tracker"
     assert sp[0]["target_tokens"] < sp[0]["tokens"], "packed documents should mask boundary labels"
+
+
+def test_loss_by_position_agrees_across_layouts(runs):
+    """The held-back row scored by position (log2 buckets of the position in its document) every 5 steps: one
+    process, SP=2 (each rank scores its half of the sequence), DP=2 and SP=2 x DP=2 give the same curve."""
+    def curves(run_dir):
+        return {e["step"]: e for e in read_evals(run_dir) if e["eval"] == "position_loss"}
+
+    one, sp, dp, both = (curves(r) for r in (runs.single(), runs.sp2(), runs.dp2(), runs.sp2dp2()))
+    assert sorted(one) == [5, 10] and sorted(sp) == sorted(dp) == [5, 10, 15, 20] and 5 in both, (one, sp, both)
+    buckets = [k for k in one[5] if k.startswith("pos_loss@")]
+    # log2 buckets from the first position on, up to the longest document's (the test documents are short)
+    assert buckets == [f"pos_loss@{2 ** k}" for k in range(len(buckets))] and len(buckets) >= 5, buckets
+    for other, steps in ((sp, (5, 10)), (dp, (5, 10)), (both, (5,))):
+        for step in steps:
+            for k in ["eval_loss", *buckets]:
+                a, b = one[step][k], other[step][k]
+                assert abs(a - b) <= 1e-4 * abs(a), (step, k, a, b)
+    assert sp[20]["eval_loss"] < sp[5]["eval_loss"], "the held-back row's loss should fall as the model learns"
+    # the evaluation records stay out of the step records
+    assert [m["step"] for m in metrics(runs.sp2())] == list(range(1, STEPS + 1))
 
 
 def test_closing_summary_reports_the_mean_step_loss(runs):

@@ -13,7 +13,8 @@ from tests.integration.test_trainer_support import check_ok, make_plan, metrics,
 
 STEPS = 20
 SINGLE_STEPS = 10
-TRAINED = ".trained"  # written into a run directory once its layout trained to the end
+TRAINED = ".trained"
+EVALS = {"eval_rows": 1, "eval_every": 5}  # written into a run directory once its layout trained to the end
 
 
 @contextmanager
@@ -47,18 +48,20 @@ class Runs:
                 (run_dir / TRAINED).touch()
         return run_dir
 
-    # the three layouts that must agree: one process, Ulysses SP=2, data parallel 2 (same rows per step)
+    # the three layouts that must agree: one process, Ulysses SP=2, data parallel 2 (same rows per step); each holds
+    # its last row back and scores it by position every 5 steps (worker/trainer/evaluate.py), which must agree too
     def single(self):  # the slowest layout (one process does all the work): fewer steps
-        return self.get("single", sp=1, dp=1, gas=2, steps=SINGLE_STEPS)
+        return self.get("single", sp=1, dp=1, gas=2, steps=SINGLE_STEPS, **EVALS)
 
     def sp2(self):
-        return self.get("sp2", sp=2, dp=1, gas=2, steps=STEPS, checkpoint_every=6, keep_checkpoints=2)
+        return self.get("sp2", sp=2, dp=1, gas=2, steps=STEPS, checkpoint_every=6, keep_checkpoints=2, **EVALS)
 
     def dp2(self):
-        return self.get("dp2", sp=1, dp=2, gas=1, steps=STEPS)
+        return self.get("dp2", sp=1, dp=2, gas=1, steps=STEPS, **EVALS)
 
     def sp2dp2(self):  # 4 ranks, 2 rows per step like `single`; a checkpoint after step 3 (odd). Only
-        return self.get("sp2dp2", sp=2, dp=2, gas=1, steps=5, checkpoint_every=3)  # test_trainer_resume uses it
+        return self.get("sp2dp2", sp=2, dp=2, gas=1, steps=5, checkpoint_every=3,  # test_trainer_resume uses it
+                        **EVALS)
 
 
 def losses(run_dir: Path) -> list[float]:

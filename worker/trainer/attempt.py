@@ -251,7 +251,22 @@ def read_metrics(run_dir: Path | str) -> list[dict]:
         for line in path.read_text().splitlines():
             try:
                 record = json.loads(line)
-                by_step[int(record["step"])] = record
+                if "eval" not in record:  # evaluation records (evaluate.py) share the file: read_evals
+                    by_step[int(record["step"])] = record
             except (ValueError, KeyError, TypeError):
                 continue
     return [by_step[s] for s in sorted(by_step)]
+
+
+def read_evals(run_dir: Path | str) -> list[dict]:
+    """The run's evaluation records (worker/trainer/evaluate.py) in the order they were written, all attempts."""
+    out = []
+    for path in metrics_files(run_dir):
+        for line in path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and "eval" in record:
+                out.append(record)
+    return out

@@ -51,6 +51,7 @@ class StepMetricsCallback(TrainerCallback):
         self.world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
         self.rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
         self.system = SystemSampler(torch.cuda.current_device() if memory.cuda else None)
+        self.evaluate_every = None  # (every N steps, fn(step)): the loss-by-position evaluation (train.run_stage)
 
     def on_train_begin(self, args, state, control, **kw):
         opt = self.trainer.optimizer
@@ -108,6 +109,8 @@ class StepMetricsCallback(TrainerCallback):
             control.should_training_stop = True
         elif self.every and step % self.every == 0:
             control.should_save = True
+        if not stop and self.evaluate_every and step % self.evaluate_every[0] == 0:
+            self.evaluate_every[1](step)  # every rank, in step (collectives inside)
         self.last_overhead = time.perf_counter() - t_enter
         self._start()
         return control

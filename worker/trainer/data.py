@@ -223,6 +223,7 @@ def prepare_all_stages(spec, run_dir: Path, base_dir: Path | None = None) -> lis
         key = _cache_key(spec, path, stage.seq_len, tokenizer_name)
         meta = target.with_suffix(".json")
         if target.exists() and meta.exists() and json.loads(meta.read_text()).get("key") == key:
+            _check_held_back(spec, path, stage.seq_len, json.loads(meta.read_text())["rows"])
             out.append(target)
             continue
         if docs_ids is None:
@@ -234,6 +235,7 @@ def prepare_all_stages(spec, run_dir: Path, base_dir: Path | None = None) -> lis
             raise DataError(f"run.data.path: {path} holds {total} tokens, too short for one sequence of "
                             f"seq_len {stage.seq_len}")
         packed = pack_documents(docs_ids, stage.seq_len, tok.eos_token_id, tok.pad_token_id)
+        _check_held_back(spec, path, stage.seq_len, int(packed["input_ids"].shape[0]))
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.stem}.{os.getpid()}.npz")
         np.savez(tmp, **packed)
@@ -244,6 +246,13 @@ def prepare_all_stages(spec, run_dir: Path, base_dir: Path | None = None) -> lis
         os.replace(meta_tmp, meta)
         out.append(target)
     return out
+
+
+def _check_held_back(spec, path: Path, seq_len: int, rows: int) -> None:
+    held = spec.run.eval_rows
+    if held and rows <= held:
+        raise DataError(f"run.eval_rows: {held} rows held back for evaluation leave none to train on: {path} packs "
+                        f"into {rows} rows of seq_len {seq_len}")
 
 
 def load_stage_rows(run_dir: Path, stage_index: int) -> dict[str, np.ndarray]:

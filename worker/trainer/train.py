@@ -31,7 +31,8 @@ from .attention import install_document_attention
 from .callbacks import STOP, StepMetricsCallback, install_stop_handler
 from .checkpoints import latest_checkpoint
 from .collectives import check_shared_run_dir, share_cores
-from .data import load_stage_rows
+from .data import load_stage_rows, tokenizer_for
+from .evaluate import passkey, position_loss
 from .exits import EXIT_FAILED, EXIT_OK, EXIT_OOM, EXIT_PREEMPTED, says_out_of_memory
 from .metrics import MemoryMeter, MetricsWriter, peak_tflops
 from .model import TiledLossHead, build_model, enable_tiled_mlp
@@ -101,6 +102,10 @@ def run_stage(spec, run_dir: Path, stage_index: int, *, resume_from: Path | None
     unit = spec.world_size * spec.micro_batch_size
     length = -(-length // unit) * unit
     rows = load_stage_rows(run_dir, stage_index)
+    held = spec.run.eval_rows  # the last rows, never trained on: the loss-by-position evaluation's (evaluate.py)
+    eval_rows = {k: v[-held:] for k, v in rows.items()} if held else None
+    if held:
+        rows = {k: v[:-held] for k, v in rows.items()}
     dataset = PackedRows(rows, offset=(step_offset + steps_done) * samples_per_step, length=length,
                          sp=spec.sp_size, dp=spec.dp_size, grad_accum=spec.grad_accum,
                          micro_batch=spec.micro_batch_size)
@@ -128,6 +133,19 @@ def run_stage(spec, run_dir: Path, stage_index: int, *, resume_from: Path | None
                              seq_len=stage.seq_len, model_config=model.config, peak_tflops=peak_tflops(spec.spec),
                              checkpoint_every=spec.checkpoint_every, memory=MemoryMeter(spec.run.track_memory),
                              run_spec=spec, document_len=spec.plan.training.document_len)
+    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    evaluated: set[int] = set()
+    live = {"model": model}  # emptied at the end of the stage: the callback (returned) must not keep the model
+
+    def evaluate_positions(step: int) -> None:
+        """Loss by position on the held-back rows (every rank; rank 0 writes the record)."""
+        record = position_loss(live["model"], eval_rows, stage.seq_len, device)
+        evaluated.add(step)
+        if writer is not None:
+            writer.write({"step": step, "stage": stage_index, **record, "time": time.time()})
+
+    if eval_rows is not None and spec.run.eval_every:
+        cb.evaluate_every = (spec.run.eval_every, evaluate_positions)
     if os.environ.get("ULAB_TRAINER_BARE") != "1":  # bench/trainer_overhead.py measures the loop without it
         trainer.add_callback(cb)
     t0 = time.perf_counter()
@@ -136,6 +154,18 @@ def run_stage(spec, run_dir: Path, stage_index: int, *, resume_from: Path | None
         with open(Path(run_dir) / "stage_timings.jsonl", "a") as f:
             f.write(json.dumps({"stage": stage_index, "steps": trainer.state.global_step - (steps_done if resume_from
                                 else 0), "train_s": time.perf_counter() - t0}) + "\n")
+    if not cb.stopped_by_signal:  # the stage's evaluations of its final model
+        last = step_offset + stage.steps
+        if eval_rows is not None and last not in evaluated:
+            evaluate_positions(last)
+        for after, test in spec.plan.passkey_tests():
+            if after == stage_index:
+                record = passkey(model, tokenizer_for(spec.model_path), test.test_lengths(spec.sp_size), test.depths,
+                                 test.trials, spec.seed, device)
+                if writer is not None:
+                    writer.write({"step": last, "stage": stage_index, **record, "time": time.time()})
+    cb.evaluate_every = None
+    live.clear()
     head = model.get_output_embeddings()
     if isinstance(head, TiledLossHead):  # save a plain model (stage i+1 and users load it as such)
         model.set_output_embeddings(head.head)

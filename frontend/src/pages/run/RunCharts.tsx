@@ -2,6 +2,7 @@ import { useMemo, useState } from "react";
 import { Chart, PALETTE, type Line } from "../../components/Chart";
 import type { Run } from "../../lib/api";
 import { ema, fmtNum } from "../../lib/format";
+import { EvalCharts } from "./EvalCharts";
 import { aligned, single } from "./series";
 import type { Store, Zoom } from "./useRunData";
 
@@ -176,6 +177,7 @@ export function RunCharts({ run, store, version, zoom, setZoom }: Props) {
         <MetricChart store={store} version={version} name="step_time_s" title="step time (s)" testid="step-time-chart"
           predicted={thr?.step_time_s} onZoom={onZoom} showPlanner={showPlanner} />
       </div>
+      <EvalCharts store={store} version={version} />
       <SystemCharts run={run} store={store} version={version} onZoom={onZoom} />
     </div>
   );
