@@ -58,6 +58,8 @@ def test_a_run_at_lr_10_is_stopped_and_says_why(stack, api, corpus):
         page.goto(f"{stack.url}/#/runs/{run['id']}")
         page.click(f"[data-testid=resume-from-{ref}]")
         assert f"resumes from step {ck['step']}" in page.inner_text(f"[data-testid=resume-confirm-{ref}]")
+        page.locator("[data-testid=run-checkpoints]").scroll_into_view_if_needed()
+        screenshot(page, "dashboard-resume-from-here")
         page.click(f"[data-testid=resume-yes-{ref}]")
         page.locator("[data-testid=run-resume-from]").wait_for(timeout=20_000)
         again = api.get(f"/api/runs/{run['id']}").json()

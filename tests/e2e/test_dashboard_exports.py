@@ -25,6 +25,11 @@ def test_plan_json_download_and_per_node_files(api_server, tmp_path):
         saved = tmp_path / "plan.json"
         info.value.save_as(saved)
         assert json.loads(saved.read_text())["hardware"]["num_nodes"] == 2
+        with page.expect_download() as info:  # the Slurm batch script for the same plan
+            page.click("[data-testid=download-sbatch_script]")
+        assert info.value.suggested_filename == "ulab-job.sbatch"
+        script = open(info.value.path()).read()
+        assert "#SBATCH --nodes=2" in script and "#SBATCH --gpus-per-node=4" in script, script[:600]
 
         page.click("[data-testid=show-per-node]")
         page.locator("[data-testid=export-node-1-yaml]").wait_for(timeout=10_000)

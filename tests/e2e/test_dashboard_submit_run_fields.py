@@ -40,6 +40,8 @@ def test_submit_from_the_form_with_a_checkpoint_under_the_models_root(stack, api
         page.fill("[data-testid=run-warmup_steps]", "1")
         page.fill("[data-testid=run-checkpoint_every]", "2")
         page.fill("[data-testid=run-keep_checkpoints]", "1")
+        page.fill("[data-testid=run-eval_rows]", "1")
+        page.fill("[data-testid=run-eval_every]", "2")
         page.select_option("[data-testid=run-lr_scheduler]", "cosine")
         page.wait_for_function(VALID, timeout=20_000)
         page.locator("[data-testid=submit-run]").scroll_into_view_if_needed()
@@ -49,13 +51,16 @@ def test_submit_from_the_form_with_a_checkpoint_under_the_models_root(stack, api
         run_id = int(page.url.rsplit("/", 1)[1])
     run = api.get(f"/api/runs/{run_id}").json()["spec"]["run"]
     assert run["model_path"] == str(directory.resolve())
-    assert (run["seed"], run["warmup_steps"], run["checkpoint_every"], run["keep_checkpoints"], run["lr_scheduler"]) \
-        == (3, 1, 2, 1, "cosine")
+    assert (run["seed"], run["warmup_steps"], run["checkpoint_every"], run["keep_checkpoints"], run["lr_scheduler"],
+            run["eval_rows"], run["eval_every"]) == (3, 1, 2, 1, "cosine", 1, 2)
     assert api.post(f"/api/runs/{run_id}/approve").status_code == 200
     assert wait_for(api, run_id, {"succeeded"}, timeout_s=300)["last_step"] == 4
     # the trainer tokenized with the checkpoint's own tokenizer: model_path reached from_pretrained
     data = json.loads((stack.home / "runs" / f"run-{run_id}" / "data" / "stage0.json").read_text())
     assert data["tokenizer"] == f"hf:{directory.resolve()}"
+    # the held-back row scored by position at steps 2 and 4, with the checkpoint's tokenizer
+    evals = api.get(f"/api/runs/{run_id}/metrics", params={"name": "eval_loss"}).json()["series"][0]
+    assert evals["step"] == [2, 4] and all(v > 0 for v in evals["last"]), evals
     # the checkpoint list reads the run directory: keep_checkpoints (1) of the saves at steps 2 and 4
     listed = api.get(f"/api/runs/{run_id}/checkpoints").json()
     assert [(c["stage"], c["step"]) for c in listed] == [("stage0", 4)] and listed[0]["bytes"] > 0

@@ -121,6 +121,8 @@ const RUN_NUMBERS = [
   ["warmup_steps", "warmup steps"],
   ["checkpoint_every", "checkpoint every (steps, 0: never)"],
   ["keep_checkpoints", "checkpoints kept"],
+  ["eval_rows", "rows held back for loss by position (0: none)"],
+  ["eval_every", "loss by position every (steps, 0: at stage ends)"],
 ] as const;
 type RunNumber = (typeof RUN_NUMBERS)[number][0];
 
