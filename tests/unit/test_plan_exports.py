@@ -20,43 +20,47 @@ TWO_NODES = qwen_plan() | {"hardware": {"gpu": "H100-80GB", "gpus_per_node": 4, 
 # one-process gloo group with an mpu that answers the plan's dp degree, in a fresh interpreter.
 LOAD = textwrap.dedent("""
     import json, os, sys
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[2], RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1], RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
     import deepspeed.comm as dist
     from deepspeed.runtime.config import DeepSpeedConfig
     dist.init_distributed(dist_backend="gloo", auto_mpi_discovery=False)
     class Mpu:
         def get_data_parallel_world_size(self):
-            return int(sys.argv[3])
-    try:
-        c = DeepSpeedConfig(json.loads(open(sys.argv[1]).read()), mpu=Mpu())
-    except Exception as e:
-        print(json.dumps({"error": f"{type(e).__name__}: {e}"}))
-    else:
-        print(json.dumps({"train_batch_size": c.train_batch_size, "zero_stage": c.zero_optimization_stage,
-                          "offload": c.zero_config.offload_optimizer is not None}))
+            return int(sys.argv[2])
+    for path in sys.argv[3:]:
+        try:
+            c = DeepSpeedConfig(json.loads(open(path).read()), mpu=Mpu())
+        except Exception as e:
+            print(json.dumps({"error": f"{type(e).__name__}: {e}"}))
+        else:
+            print(json.dumps({"train_batch_size": c.train_batch_size, "zero_stage": c.zero_optimization_stage,
+                              "offload": c.zero_config.offload_optimizer is not None}))
 """)
 
 
-def load_in_deepspeed(tmp_path, text: str, dp: int) -> dict:
+def load_in_deepspeed(tmp_path, texts: list[str], dp: int) -> list[dict]:
+    """What DeepSpeedConfig makes of each config text, in one fresh interpreter (importing DeepSpeed costs seconds)."""
     from worker.trainer.net import free_port
 
-    path = tmp_path / "ds.json"
-    path.write_text(text)
-    proc = subprocess.run([sys.executable, "-c", LOAD, str(path), str(free_port()), str(dp)], capture_output=True,
-                          text=True, timeout=300)
+    paths = []
+    for i, text in enumerate(texts):
+        paths.append(tmp_path / f"ds{i}.json")
+        paths[-1].write_text(text)
+    proc = subprocess.run([sys.executable, "-c", LOAD, str(free_port()), str(dp), *map(str, paths)],
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return [json.loads(line) for line in proc.stdout.strip().splitlines()[-len(texts):]]
 
 
 @pytest.mark.slow
 def test_the_resolved_deepspeed_json_loads_in_deepspeed_and_the_trainer_variant_is_labelled(tmp_path):
     x = exports(TWO_NODES)
-    loaded = load_in_deepspeed(tmp_path, x["deepspeed_json"], dp=2)
-    assert loaded == {"train_batch_size": 16, "zero_stage": 3, "offload": True}
+    resolved, for_trainer = load_in_deepspeed(tmp_path, [x["deepspeed_json"], x["deepspeed_json_hf_trainer"]], dp=2)
+    assert resolved == {"train_batch_size": 16, "zero_stage": 3, "offload": True}
     assert "auto" not in x["deepspeed_json"]
     # the Trainer variant keeps "auto" (Transformers fills it); DeepSpeed alone cannot read it, as the issue saw
     assert '"auto"' in x["deepspeed_json_hf_trainer"]
-    assert "not supported between" in load_in_deepspeed(tmp_path, x["deepspeed_json_hf_trainer"], dp=2)["error"]
+    assert "not supported between" in for_trainer["error"]
 
 
 def test_one_accelerate_yaml_per_node_loads_in_accelerate(tmp_path):
