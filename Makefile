@@ -65,12 +65,11 @@ lint: install
 # whole files (--dist loadfile): much of the suite waits on services, browsers and the faults it injects, so two
 # sessions keep both cores busy (each has its own database, Redis database and stack; trained layouts of the
 # trainer tests are shared, tests/integration/trainer_runs.py). More processes do not help: the cores are ~98%
-# busy with two, and each process adds its own stack and trained run. The longest files go first (tests/conftest.py
-# LONGEST_FIRST; xdist's own reorder, by number of tests, would leave them for the end). TEST_JOBS=0: one process.
+# busy with two, and each process adds its own stack and trained run. TEST_JOBS=0 runs in one process.
 TEST_JOBS ?= 2
 test: install chromium slurm
 	$(MAKE) --no-print-directory -j3 lint frontend ds-ops
-	$(BIN)/python -m pytest -q -ra --durations=15 -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder; code=$$?; \
+	$(BIN)/python -m pytest -q -ra --durations=15 -n $(TEST_JOBS) --dist loadfile; code=$$?; \
 	if [ $$code -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$code
 
 # The GPU check, outside `make test` (bench/gpu_check.py): trainer runs on CUDA and the planner's memory model against

@@ -7,24 +7,6 @@ from tests.e2e import browser
 from tests.services import Stack, postgres_database, redis_database
 from tests.tiny import submit, tiny_plan, wait_for, write_corpus
 
-# The longest files first, so the two pytest-xdist processes (each takes whole files, `make test` runs it with
-# --no-loadscope-reorder) do not end with one of them running a long file alone while the other core idles: summed
-# durations of a `make test` run on 2026-11-24 (seconds, 2 processes): slurm 149, supervision 107, trainer_runs 93,
-# trainer_features 61, dashboard_runs 61, trainer_resume 59, faults 58, dashboard_advice 31, plan_exports 31. The
-# other files follow in collection order.
-LONGEST_FIRST = [
-    "tests/integration/test_slurm.py", "tests/integration/test_supervision.py",
-    "tests/integration/test_trainer_runs.py", "tests/integration/test_trainer_features.py",
-    "tests/e2e/test_dashboard_runs.py", "tests/integration/test_trainer_resume.py", "tests/integration/test_faults.py",
-    "tests/e2e/test_dashboard_advice.py", "tests/unit/test_plan_exports.py", "tests/e2e/test_run_page.py",
-    "tests/e2e/test_dashboard_submit_run_fields.py", "tests/integration/test_run_flow.py",
-]
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable: the rest keep order
-
 TRAINED_STEPS = 12
 
 
