@@ -61,20 +61,15 @@ lint: install
 	$(BIN)/mypy
 
 # The whole suite against the real services (PostgreSQL and Redis on 127.0.0.1, Chromium, torchrun, Slurm).
-# Lint and the dashboard build side by side first. DeepSpeed's ops (a minute of g++ on one core) build beside the
-# first tests, whose trainers wait on torch's build lock for an op they need (test-artifacts/ds-ops.log); before,
-# the second core idled while they built. Two pytest processes, each taking whole files (--dist loadfile): much
-# of the suite waits on services, browsers and the faults it injects, so two sessions keep both cores busy (each
-# has its own database, Redis database and stack; trained layouts of the trainer tests are shared,
-# tests/integration/trainer_runs.py). More processes do not help: the cores are ~92% busy with two, and each
-# process adds its own stack and trained run. TEST_JOBS=0 runs in one process.
+# Lint, the dashboard build and DeepSpeed's ops build side by side first. Then two pytest processes, each taking
+# whole files (--dist loadfile): much of the suite waits on services, browsers and the faults it injects, so two
+# sessions keep both cores busy (each has its own database, Redis database and stack; trained layouts of the
+# trainer tests are shared, tests/integration/trainer_runs.py). More processes do not help: the cores are ~98%
+# busy with two, and each process adds its own stack and trained run. TEST_JOBS=0 runs in one process.
 TEST_JOBS ?= 2
 test: install chromium slurm
-	$(MAKE) --no-print-directory -j2 lint frontend
-	@mkdir -p test-artifacts
-	$(MAKE) --no-print-directory ds-ops > test-artifacts/ds-ops.log 2>&1 & ops=$$!; \
+	$(MAKE) --no-print-directory -j3 lint frontend ds-ops
 	$(BIN)/python -m pytest -q -ra --durations=15 -n $(TEST_JOBS) --dist loadfile; code=$$?; \
-	if ! wait $$ops; then echo "building DeepSpeed's ops failed:"; tail -20 test-artifacts/ds-ops.log; code=1; fi; \
 	if [ $$code -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$code
 
 # The GPU check, outside `make test` (bench/gpu_check.py): trainer runs on CUDA and the planner's memory model against
