@@ -1,7 +1,15 @@
 """Shared fixtures: real PostgreSQL, Redis, API and Celery worker processes, and one trained tiny run."""
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# Nothing the trainer runs is compiled, but DeepSpeed's ZeRO optimizer check imports its Muon module, whose functions
+# are decorated with torch.compile at import: that loads TorchInductor, 0.7 s of CPU in every rank of every run the
+# suite starts. Dynamo off makes torch.compile a no-op for this process and every process it starts (API, worker,
+# trainers, Slurm jobs); the product's own environment is left as it is.
+os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
 
 from tests.e2e import browser
 from tests.services import Stack, postgres_database, redis_database
