@@ -25,6 +25,12 @@ const EXPORTS = [
   ["sbatch_script", "sbatch script"],
 ] as const;
 
+/** Files to download: (export key, file name, button label, what the page says after). */
+const DOWNLOADS = [
+  ["plan_json", "plan.json", "plan.json", "plan.json downloaded (the launch command reads it)"],
+  ["sbatch_script", "ulab-job.sbatch", "sbatch script", "ulab-job.sbatch downloaded: sbatch it beside plan.json"],
+] as const;
+
 function download(name: string, text: string): void {
   const url = URL.createObjectURL(new Blob([text], { type: "application/json" }));
   const a = document.createElement("a");
@@ -81,24 +87,17 @@ export function ExportButtons({ plan }: { plan: Plan | null }) {
             Copy {label}
           </button>
         ))}
-        <button type="button" data-testid="download-plan_json" disabled={!plan} onClick={async () => {
-          if (!plan) return;
-          try {
-            download("plan.json", (await api.exportPlan(plan)).plan_json ?? "");
-            setMsg("plan.json downloaded (the launch command reads it)");
-          } catch (e) {
-            setMsg(`export failed: ${(e as Error).message}`);
-          }
-        }}>Download plan.json</button>
-        <button type="button" data-testid="download-sbatch_script" disabled={!plan} onClick={async () => {
-          if (!plan) return;
-          try {
-            download("ulab-job.sbatch", (await api.exportPlan(plan)).sbatch_script ?? "");
-            setMsg("ulab-job.sbatch downloaded: sbatch it beside plan.json");
-          } catch (e) {
-            setMsg(`export failed: ${(e as Error).message}`);
-          }
-        }}>Download sbatch script</button>
+        {DOWNLOADS.map(([key, file, label, said]) => (
+          <button key={key} type="button" data-testid={`download-${key}`} disabled={!plan} onClick={async () => {
+            if (!plan) return;
+            try {
+              download(file, (await api.exportPlan(plan))[key] ?? "");
+              setMsg(said);
+            } catch (e) {
+              setMsg(`export failed: ${(e as Error).message}`);
+            }
+          }}>Download {label}</button>
+        ))}
         {plan && plan.hardware.num_nodes && plan.hardware.num_nodes > 1 ? (
           <button type="button" data-testid="show-per-node" onClick={async () => {
             const x = await api.exportPlan(plan);
