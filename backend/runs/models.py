@@ -69,6 +69,8 @@ class Run(Base):
     claimed_token_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # The submit's Idempotency-Key header: the same key from the same token answers this run again
     idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    # sha256 of that submit's body (service.body_fingerprint): the key with another body is refused, not answered
+    idempotency_fingerprint: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
     attempts: Mapped[list[RunAttempt]] = relationship(order_by=RunAttempt.attempt, lazy="selectin",
                                                       cascade="all, delete-orphan")

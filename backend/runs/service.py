@@ -3,6 +3,8 @@ every change of a run's state is a function of backend/runs/transitions.py."""
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import logging
 import re
 from datetime import UTC, datetime, timedelta
@@ -65,11 +67,20 @@ def require_writable_run(session: Session, run_id: int, by: Principal) -> None:
                                               "metrics of the runs it claimed only")
 
 
+def body_fingerprint(body: RunCreate) -> str:
+    """A digest of the whole submit (plan id, run section, name, priority, retries, Slurm overrides)."""
+    return hashlib.sha256(json.dumps(body.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
+
+
 def _submitted_with(session: Session, by: Principal, key: str, body: RunCreate) -> Run | None:
-    """The run this token submitted with `key`, if any; 409 if that submit was of another plan."""
+    """The run this token submitted with `key`, if any; 409 if that submit was of another plan or another body
+    (a run stored before fingerprints were kept is compared by plan only)."""
     run = session.scalar(select(Run).where(Run.submitted_by == by.token_id, Run.idempotency_key == key))
     if run is not None and run.plan_id != body.plan_id:
         raise UserError(409, "idempotency-key", f"this key was used to submit plan {run.plan_id} (run {run.id})")
+    if run is not None and run.idempotency_fingerprint not in (None, body_fingerprint(body)):
+        raise UserError(409, "idempotency-key", f"this key was used to submit run {run.id} with another request "
+                                                "body; a new submit needs a new key")
     return run
 
 
@@ -96,7 +107,7 @@ def create_run(session: Session, body: RunCreate, by: Principal, idempotency_key
               estimate=stored.estimate, priority=body.priority, steps=plan.total_steps(),
               submitted_by=by.token_id, max_retries=body.max_retries,  # state: pending_approval (the default)
               executor=executor, slurm_partition=body.slurm_partition, slurm_time_limit=body.slurm_time_limit,
-              idempotency_key=key)
+              idempotency_key=key, idempotency_fingerprint=body_fingerprint(body) if key else None)
     session.add(run)
     try:
         session.commit()

@@ -117,6 +117,9 @@ def test_an_idempotency_key_makes_one_run_of_two_identical_submits(client, token
     other_plan = client.post("/api/plans", json=tiny_plan(seq_len=1024), headers=mine).json()["id"]
     r = client.post("/api/runs", json={**body, "plan_id": other_plan}, headers=keyed)
     assert r.status_code == 409 and r.json()["detail"][0]["field"] == "idempotency-key", r.text
+    # the same plan with another run section is another submit: refused, not answered with the first run
+    r = client.post("/api/runs", json={**body, "run": {**body["run"], "steps": 7}}, headers=keyed)
+    assert r.status_code == 409 and "with another request body" in r.json()["detail"][0]["message"], r.text
     # another token's key space is its own, and no key means a new run each time
     theirs = client.post("/api/runs", json=body, headers={**as_role(client, tokens, "approver"),
                                                          "Idempotency-Key": "submit-7f3a"})

@@ -1,5 +1,6 @@
 """runs.last_step_at: when a step's loss last arrived, the clock of the `stalled` alert; runs.resume_from: the
-checkpoint a retry resumes from ("resume from here") (issue 18)
+checkpoint a retry resumes from ("resume from here") (issue 18); runs.idempotency_fingerprint: the digest of the
+submit an Idempotency-Key was used with (issue 16's leftover)
 
 Revision ID: 0011
 Revises: 0010
@@ -17,8 +18,10 @@ depends_on = None
 def upgrade() -> None:
     op.add_column("runs", sa.Column("last_step_at", sa.DateTime(timezone=True), nullable=True))
     op.add_column("runs", sa.Column("resume_from", sa.String(64), nullable=True))
+    op.add_column("runs", sa.Column("idempotency_fingerprint", sa.String(64), nullable=True))
 
 
 def downgrade() -> None:
+    op.drop_column("runs", "idempotency_fingerprint")
     op.drop_column("runs", "resume_from")
     op.drop_column("runs", "last_step_at")
