@@ -17,7 +17,7 @@ def sign_in(body: SignIn, response: Response, session: SessionDep) -> Identity:
     if principal is None:
         raise UserError(401, "token", "the API token is unknown or revoked")
     cookie = service.open_session(session, principal)
-    response.set_cookie(COOKIE, cookie, httponly=True, samesite="strict", max_age=30 * 24 * 3600, path="/")
+    response.set_cookie(COOKIE, cookie, httponly=True, samesite="strict", max_age=service.SESSION_TTL_S, path="/")
     return Identity(name=principal.name, role=principal.role, token_id=principal.token_id)
 
 

@@ -8,11 +8,11 @@ import secrets
 import socket
 import threading
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from cachetools import TTLCache
-from sqlalchemy import select
+from sqlalchemy import delete, or_, select
 from sqlalchemy.orm import Session
 
 from backend.auth.models import ApiToken
@@ -62,15 +62,36 @@ def cached_principal(token: str) -> Principal | None:
         return _verified.get(hash_token(token))
 
 
+# A browser session lasts as long as its cookie (auth/router.py sets max_age from it): after that its token is refused
+# even if the cookie was kept elsewhere, and the supervision loop deletes it (purge_sessions).
+SESSION_TTL_S = 30 * 24 * 3600
+
+
+def _expired_session(row: ApiToken, at: datetime | None = None) -> bool:
+    if row.session_of is None or row.created_at is None:
+        return False
+    created = row.created_at if row.created_at.tzinfo else row.created_at.replace(tzinfo=UTC)
+    return created < (at or datetime.now(UTC)) - timedelta(seconds=SESSION_TTL_S)
+
+
+def purge_sessions(session: Session, at: datetime | None = None) -> int:
+    """Delete browser-session tokens that expired or were revoked (sign-out); answers how many."""
+    cutoff = (at or datetime.now(UTC)) - timedelta(seconds=SESSION_TTL_S)
+    done = session.execute(delete(ApiToken).where(ApiToken.session_of.is_not(None),
+                                                  or_(ApiToken.revoked_at.is_not(None), ApiToken.created_at < cutoff)))
+    session.commit()
+    return int(getattr(done, "rowcount", 0) or 0)
+
+
 def verify(session: Session, token: str) -> Principal | None:
     """The principal of a valid token. A browser session's token acts as the token it was opened with (same id, so
-    "my runs" stay mine across sign-ins), and only while that token is not revoked."""
+    "my runs" stay mine across sign-ins), only while that token is not revoked, and for SESSION_TTL_S."""
     principal = cached_principal(token)
     if principal is not None:
         return principal
     digest = hash_token(token)
     row = session.scalar(select(ApiToken).where(ApiToken.token_hash == digest, ApiToken.revoked_at.is_(None)))
-    if row is None:
+    if row is None or _expired_session(row):
         return None
     owner = row if row.session_of is None else session.get(ApiToken, row.session_of)
     if owner is None or owner.revoked_at is not None:

@@ -1,6 +1,7 @@
 """Background duties of the API: mark runs whose heartbeat stopped as `lost`, re-send queued runs whose
 message may be gone (broker flushed or restarted), and raise the `stalled` alert of running runs with no step for
-their `run.stall_after_s` (backend/metrics/alerts.py). All are safe to repeat: the worker's claim in the
+their `run.stall_after_s` (backend/metrics/alerts.py), and delete browser-session tokens that were signed out or
+expired (backend/auth/service.purge_sessions). All are safe to repeat: the worker's claim in the
 database lets only one delivery start a run, and a run has one alert of each kind."""
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from datetime import timedelta
 
 from sqlalchemy import select
 
+from backend.auth.service import purge_sessions
 from backend.core.db import session_scope
 from backend.core.settings import Settings
 from backend.metrics import alerts
@@ -71,6 +73,11 @@ def resend_queued(resend_after_s: float | None = None) -> list[int]:
     return [r.id for r in runs]
 
 
+def purge_expired_sessions() -> int:
+    with session_scope() as s:
+        return purge_sessions(s)
+
+
 def raise_stalls() -> list[int]:
     """Raise (and act on) the `stalled` alert of running runs whose steps stopped; answers their ids."""
     with session_scope() as s:
@@ -87,6 +94,7 @@ async def supervise_forever(settings: Settings, interval_s: float = 5.0) -> None
             await asyncio.to_thread(reap_lost, settings.lost_after_s)
             for run_id in await asyncio.to_thread(raise_stalls):
                 log.warning("run %s: no step for its run.stall_after_s (alert raised)", run_id)
+            await asyncio.to_thread(purge_expired_sessions)  # browser sessions signed out or past their cookie
             ids = await asyncio.to_thread(resend_queued, settings.resend_after_s)
             if ids:
                 log.warning("re-sent queued runs no worker claimed within ULAB_RESEND_AFTER_S: %s", ids)

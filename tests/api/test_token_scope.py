@@ -125,3 +125,30 @@ def test_an_idempotency_key_makes_one_run_of_two_identical_submits(client, token
                                                          "Idempotency-Key": "submit-7f3a"})
     assert theirs.json()["id"] != first.json()["id"]
     assert client.post("/api/runs", json=body, headers=mine).json()["id"] != first.json()["id"]
+
+
+def test_a_session_token_expires_with_its_cookie_and_is_purged(app, tokens):
+    from datetime import UTC, datetime
+
+    from sqlalchemy import select
+
+    from backend.auth import service
+    from backend.auth.models import ApiToken
+    from backend.core.db import get_sessionmaker
+
+    viewer, viewer_id = new_token(Role.VIEWER)
+    browser = TestClient(app)
+    assert browser.post("/api/session", json={"token": viewer}).status_code == 200
+    cookie = browser.cookies["ulab_token"]
+    fresh = TestClient(app)
+    assert fresh.get("/api/runs", headers={"Authorization": f"Bearer {cookie}"}).status_code == 200
+    with get_sessionmaker()() as session:
+        row = session.scalar(select(ApiToken).where(ApiToken.token_hash == service.hash_token(cookie)))
+        row.created_at = datetime.now(UTC) - timedelta(seconds=service.SESSION_TTL_S + 60)
+        session.commit()
+        service._verified.clear()  # the 5-s cache of verified tokens
+        assert fresh.get("/api/runs", headers={"Authorization": f"Bearer {cookie}"}).status_code == 401
+        assert fresh.get("/api/runs", headers={"Authorization": f"Bearer {viewer}"}).status_code == 200
+        assert service.purge_sessions(session) >= 1
+        assert session.scalar(select(ApiToken).where(ApiToken.token_hash == service.hash_token(cookie))) is None
+        assert session.get(ApiToken, viewer_id) is not None  # the token itself is not a session: kept
