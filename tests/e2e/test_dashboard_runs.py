@@ -160,6 +160,42 @@ def test_runs_table_cancel_filter_and_widths(api_server, api, corpus):
         screenshot(page, "dashboard-runs-phone")
 
 
+def test_a_late_answer_for_an_old_filter_never_replaces_the_rows(api_server, api, corpus):
+    """The runs table polls; an answer for the previous state filter that arrives after the current one must not swap
+    the rows back (the row under the pointer would vanish for a moment: "element was detached from the DOM")."""
+    run = submit(api, tiny_plan(sp_size=2), {"steps": 5, "data": {"path": str(corpus)}},
+                 name=f"ui-late-{uuid.uuid4().hex[:6]}", approve=False)
+    rid = run["id"]
+    with chromium_page() as page:
+        held = []  # the answers for the "succeeded" filter, held back until the next filter's rows are shown
+        page.route(re.compile(r".*/api/runs\?state=succeeded.*"), lambda route: held.append(route))
+        page.goto(f"{api_server}/#/runs")
+        page.locator(f"[data-testid=run-row-{rid}]").wait_for(timeout=20_000)
+        page.evaluate(f"""() => {{
+          window.__vanished = 0;
+          const gone = () => !document.querySelector('[data-testid=run-row-{rid}]');
+          new MutationObserver(() => {{ if (gone()) window.__vanished++; }})
+            .observe(document.querySelector('[data-testid=runs-table] tbody'), {{childList: true}});
+        }}""")
+        page.select_option("[data-testid=runs-filter-state]", "succeeded")
+        page.wait_for_function(f"() => !document.querySelector('[data-testid=run-row-{rid}]')", timeout=10_000)
+        page.select_option("[data-testid=runs-filter-state]", "")
+        page.locator(f"[data-testid=run-row-{rid}]").wait_for(timeout=10_000)
+        assert held, "the dashboard asked for the succeeded runs"
+        for route in held:
+            route.continue_()
+        # the late answers are in once the page has received their responses
+        page.wait_for_function("() => performance.getEntriesByType('resource')"
+                               ".filter((e) => e.name.includes('state=succeeded') && e.responseEnd > 0).length"
+                               f" >= {len(held)}", timeout=10_000)
+        page.wait_for_timeout(300)  # React applies a resolved answer on the next task
+        # The row is filtered out between the two selections at most once (React renders the "succeeded" filter
+        # before the next answer), but never after the current filter's rows are shown.
+        assert page.evaluate("window.__vanished") <= 1
+        assert page.locator(f"[data-testid=run-row-{rid}]").is_visible()
+    api.post(f"/api/runs/{rid}/cancel")
+
+
 def test_approving_a_run_that_does_not_fit_asks_for_force(api_server, api, corpus):
     plan = tiny_plan(sp_size=2)
     # A made-up GPU with 10 MiB: the planner says the tiny model does not fit, so approval needs force.

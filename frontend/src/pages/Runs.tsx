@@ -1,4 +1,4 @@
-import { useCallback, useEffect, useMemo, useState } from "react";
+import { useCallback, useEffect, useMemo, useRef, useState } from "react";
 import { RunActions, StateBadge } from "../components/RunActions";
 import { api, gpuName, TERMINAL, type Run, type RunState } from "../lib/api";
 import { fmtDuration, fmtNum, fmtSeq, fmtTime, parseTime } from "../lib/format";
@@ -63,15 +63,21 @@ export function Runs() {
   const [selected, setSelected] = useState<number[]>([]);
 
   const [, setMeasuredVersion] = useState(0);
+  // Only the newest request may set the rows: a slow answer for the previous state filter (or a poll that started
+  // before an action) arriving late would otherwise swap the rows back for a moment, detaching the button a person is
+  // about to click (the e2e cancel test saw "element was detached from the DOM").
+  const latest = useRef(0);
   const load = useCallback(() => {
+    const ask = ++latest.current;
     // The text filter runs here (it also matches model and id, which the API's q does not).
     api.runs(state || undefined)
       .then((r) => {
+        if (ask !== latest.current) return;
         setRuns(r);
         setError("");
         refreshMeasured(r).then((changed) => changed && setMeasuredVersion((v) => v + 1)).catch(() => undefined);
       })
-      .catch((e) => setError(e.message));
+      .catch((e) => ask === latest.current && setError(e.message));
   }, [state]);
 
   // Live state: re-read the list every 2 s (cheap; one query).
@@ -94,7 +100,10 @@ export function Runs() {
       });
   }, [runs, sort, q, state, tag]);
 
-  const onChange = (r: Run) => setRuns((rs) => (rs ?? []).map((x) => (x.id === r.id ? r : x)));
+  const onChange = (r: Run) => {
+    latest.current++;  // a poll already in flight predates this action: its rows are stale
+    setRuns((rs) => (rs ?? []).map((x) => (x.id === r.id ? r : x)));
+  };
   const toggle = (id: number) => setSelected((s) => (s.includes(id) ? s.filter((x) => x !== id) : [...s, id]));
 
   return (
