@@ -101,7 +101,7 @@ def wait_for_endpoint(run_id: int, attempt: int) -> str | None:
             run = s.get(Run, run_id)
             if endpoint:
                 return endpoint
-            if run.attempt != attempt or RunState(run.state) not in (RunState.QUEUED, *ACTIVE):
+            if run is None or run.attempt != attempt or RunState(run.state) not in (RunState.QUEUED, *ACTIVE):
                 return None
         time.sleep(0.5)
     return None
@@ -113,8 +113,10 @@ def node_heartbeat(run_id: int, attempt: int, node_rank: int) -> bool:
     with session_scope() as s:
         node = s.scalar(select(RunNode).where(RunNode.run_id == run_id, RunNode.attempt == attempt,
                                               RunNode.node_rank == node_rank))
-        node.heartbeat_at = now()
         run = s.get(Run, run_id)
+        if node is None or run is None:  # its rows were removed (by hand): nothing to train for
+            return True
+        node.heartbeat_at = now()
         return run.attempt != attempt or run.cancel_requested or RunState(run.state) not in (RunState.QUEUED, *ACTIVE)
 
 
@@ -122,4 +124,8 @@ def record_node_exit(run_id: int, attempt: int, node_rank: int, code: int) -> No
     with session_scope() as s:
         node = s.scalar(select(RunNode).where(RunNode.run_id == run_id, RunNode.attempt == attempt,
                                               RunNode.node_rank == node_rank))
+        if node is None:
+            log.warning("run %s attempt %s node %s: no node row to record exit code %s on", run_id, attempt,
+                        node_rank, code)
+            return
         node.exit_code = code
