@@ -1,5 +1,5 @@
 """A node worker of a gang whose run or node row is gone (removed by hand, or a database restored from an older
-backup) stops cleanly instead of dying on a None: the heartbeat says stop, the endpoint wait ends, the exit is logged."""
+backup) stops cleanly instead of dying on a None: heartbeat says stop, the endpoint wait ends, the exit is logged."""
 import pytest
 
 from backend.core import db, settings
