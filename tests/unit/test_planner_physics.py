@@ -128,7 +128,11 @@ def test_plan_v1_invariants_hold_with_the_allocator():
         m = estimate(p)["memory"]
         assert sum(m["breakdown_gib"].values()) == pytest.approx(m["peak_allocated_gib"], abs=1e-6)
         assert m["peak_allocated_gib"] <= m["reserved_gib"] <= m["device_total_gib"]
-        assert m["fits"] == (m["device_total_gib"] <= m["gpu_capacity_gib"])
+        lo, hi = m["device_total_gib_range"]
+        assert lo <= m["device_total_gib"] <= hi
+        cap = m["gpu_capacity_gib"]
+        assert m["verdict"] == ("fits" if hi <= cap else "tight" if lo <= cap else "does_not_fit")
+        assert m["fits"] == (m["verdict"] == "fits")
 
 
 # ---- packed documents ----------------------------------------------------------------------------------------
