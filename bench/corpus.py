@@ -90,6 +90,16 @@ def _figure(plan: dict, compare: str):
     return sec[name], sec.get(f"{name}_range")
 
 
+# Bands are stated to 3 significant digits or so: a published value on the band's edge counts as inside.
+EDGE = 1e-3
+
+
+def _inside(x: float, band) -> bool | None:
+    if not band:
+        return None
+    return band[0] * (1 - EDGE) <= x <= band[1] * (1 + EDGE)
+
+
 def _log_ratio(published: float, predicted: float, kind: str, quantity: str) -> float:
     """log(published / predicted) for memory and step time; inverted for rates (tokens/s, MFU), so that a
     positive residual always means the planner was optimistic (too little memory, too short a step)."""
@@ -137,10 +147,10 @@ def evaluate(row: dict) -> Result:
             band = (min(whole_band[0], short_band[0]), max(whole_band[1], short_band[1]))
         res = _log_ratio(pub_v, nearest, "time", q)
         return Result(row, whole, predicted_range=(lo, hi), residual=res, error=err, band=band,
-                      covered=None if band is None else band[0] <= pub_v <= band[1])
+                      covered=_inside(pub_v, band))
     pred, band = _figure(plan, compare)
     res = _log_ratio(pub_v, pred, "", q)
-    covered = None if not band else band[0] <= pub_v <= band[1]
+    covered = _inside(pub_v, band)
     return Result(row, pred, residual=res, error=(pred - pub_v) / pub_v, band=band, covered=covered)
 
 

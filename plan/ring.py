@@ -22,7 +22,15 @@ from typing import Any
 
 from .estimator import _r, memory_section, throughput_section
 from .memory import GIB, estimate_memory
-from .throughput import ATTN_BWD_FACTOR, ATTN_EFFICIENCY, ATTN_HALF_SEQ, LINK_EFFICIENCY, estimate_throughput, gpu_class
+from .throughput import (
+    ATTN_BWD_FACTOR,
+    ATTN_EFFICIENCY,
+    ATTN_HALF_SEQ,
+    LINK_EFFICIENCY,
+    attention_len,
+    estimate_throughput,
+    gpu_class,
+)
 from .uncertainty import band, scaled, verdict
 from .validation import Spec, validate
 
@@ -66,10 +74,13 @@ def _ring(spec: Spec, u: int, r: int) -> dict:
     at_peak = phases.get(mem["peak_phase"], phases["layer"])
     grow = max(0.0, sum(phases["layer"].values()) + extra - sum(at_peak.values()))
     device_total = sec["device_total_gib"] + grow / GIB
-    tp = estimate_throughput(virtual, attn_len=S, attn_block=tokens)
+    # Packed documents (`document_len`): attention stops at document boundaries, so each token attends over its
+    # document, not the sequence (plan.throughput.attention_len); the ring still passes every kv chunk around.
+    attn = attention_len(spec)
+    tp = estimate_throughput(virtual, attn_len=attn, attn_block=min(tokens, attn))
     # one ring step computes one t x t block of this rank's heads: the forward's 2 a d S t FLOPs / r per layer
     eta = ATTN_EFFICIENCY[(spec.attn, gpu_class(g))] * tokens / (tokens + ATTN_HALF_SEQ)
-    fwd_block = 2 * (m.num_attention_heads // u) * m.head_dim * S * tokens / r / (g.peak_flops(spec.dtype) * eta)
+    fwd_block = 2 * (m.num_attention_heads // u) * m.head_dim * attn * tokens / r / (g.peak_flops(spec.dtype) * eta)
     across = u * r > spec.ranks_per_node
     bw = (g.typical_internode_gb_per_s if across else g.nvlink_gb_per_s_per_direction) * 1e9 * LINK_EFFICIENCY
     hop = chunk / bw

@@ -29,13 +29,12 @@ def bands() -> dict[tuple[str, str], tuple[float, float]]:
 
 def regime(spec, kind: str, method: str = "ulysses") -> str:
     """The corpus regime an estimate belongs to: ring for ring/hybrid attention; offload when anything moves to
-    the host; packed for the step time of packed documents; else ulysses (Ulysses/DP on DeepSpeed ZeRO)."""
+    the host; else ulysses (Ulysses/DP on DeepSpeed ZeRO). A stated `document_len` is an estimate like any other
+    (the corpus's packed rows, of unknown document length, check the bands but do not make them)."""
     if method != "ulysses":
         return "ring"
     if spec.offload_optimizer or spec.offload_params or spec.checkpoint_offload:
         return "offload"
-    if kind == "time" and spec.document_len is not None:
-        return "packed"
     return "ulysses"
 
 
