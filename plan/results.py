@@ -84,11 +84,12 @@ class SweepSeries(BaseModel):
     valid: bool
     errors: list[FieldErrorOut]
     gpus: int | None = None
-    max_seq_len: int | None
+    max_seq_len: int | None = Field(description="Longest seq_len whose point estimate fits (likely)")
+    safe_max_seq_len: int | None = Field(None, description="Longest seq_len whose memory range's high end fits")
     peak_allocated_gib: list[float | None]
     device_total_gib: list[float | None]
     tokens_per_s: list[float | None]
-    fits: list[bool | None]
+    fits: list[bool | None] = Field(description='memory.verdict == "fits" and cpu_fits at each seq_len')
 
 
 class Sweep(BaseModel):

@@ -126,12 +126,13 @@ def sweep(data: Any, sp_sizes: list[int] | None = None, seq_lens: list[int] | No
     for sp in sps:
         if sp in series_errors:
             series.append({"sp_size": sp, "valid": False, "errors": series_errors[sp], "max_seq_len": None,
+                           "safe_max_seq_len": None,
                            "peak_allocated_gib": [None] * len(grid), "device_total_gib": [None] * len(grid),
                            "tokens_per_s": [None] * len(grid), "fits": [None] * len(grid)})
             continue
         spec = specs[sp]
         row: dict = {"sp_size": sp, "dp_size": spec.dp, "valid": True, "errors": [], "gpus": spec.world,
-                     "max_seq_len": max_seqs[sp],
+                     "max_seq_len": max_seqs[sp], "safe_max_seq_len": max_seq_for_spec(spec, "high"),
                      "peak_allocated_gib": [], "device_total_gib": [], "tokens_per_s": [], "fits": []}
         for n in grid:
             seq = max(sp, n // sp * sp)
