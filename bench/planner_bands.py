@@ -8,7 +8,8 @@ Leave-one-source-out: each fold builds the band [min r, max r] (with 0 inside) f
 tests it on the held-out one; the printed coverage is that out-of-sample share. The band written is the envelope of
 the folds' bands (with two or more publications, every row's residual), so a new publication like the ones seen
 lands inside it as often as the coverage says. A regime with fewer than plan.uncertainty.MIN_ROWS rows or
-MIN_SOURCES publications uses the band pooled over every regime ("all"). Packed-document rows are checked, not used
+MIN_SOURCES publications uses the pooled band ("all": the DeepSpeed regimes' rows when they are enough, else every
+regime's). Packed-document rows are checked, not used
 (see REGIMES). `--check` compares without writing.
 """
 from __future__ import annotations
@@ -56,7 +57,15 @@ def compute() -> list[dict]:
             continue
         src = source_key(res.row)
         groups[(res.row["regime"], res.kind)][src].append(res.residual)
-        groups[("all", res.kind)][src].append(res.residual)
+        groups[("every", res.kind)][src].append(res.residual)
+        if res.row["regime"] != "ring":
+            groups[("deepspeed", res.kind)][src].append(res.residual)
+    # The pooled band ("all") a thin regime borrows: the DeepSpeed regimes' rows (the stack Ulysses Lab trains
+    # with; the ring rows are mostly FSDP2 readings) when they are enough, else every regime's.
+    for kind in ("memory", "time"):
+        ds = groups.get(("deepspeed", kind), {})
+        enough = sum(len(v) for v in ds.values()) >= MIN_ROWS and len(ds) >= MIN_SOURCES
+        groups[("all", kind)] = ds if enough else groups.get(("every", kind), {})
     out = []
     for kind in ("memory", "time"):
         for regime in ("all", *REGIMES):

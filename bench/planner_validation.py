@@ -101,7 +101,25 @@ def text(results: list[Result]) -> None:
     print(summary_line("all", summary(results)))
 
 
+def bands_markdown() -> None:
+    """The committed uncertainty bands (plan/data/uncertainty_bands.csv) as a table."""
+    import csv
+    import math
+
+    from plan.uncertainty import BANDS_CSV
+
+    with open(BANDS_CSV, newline="") as f:
+        rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
+    print("| regime | kind | range of published / predicted | rows | publications | left-out publication covered |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        print(f"| {r['regime']} | {r['kind']} | {math.exp(float(r['low'])):.2f}x to {math.exp(float(r['high'])):.2f}x "
+              f"| {r['rows']} | {r['sources']} | {r['loso_coverage'] or '-'} |")
+    print()
+
+
 def markdown(results: list[Result]) -> None:
+    bands_markdown()
     print("| row | regime | quantity | published | predicted | error | range | covered |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for regime in REGIMES:

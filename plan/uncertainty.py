@@ -16,7 +16,8 @@ from functools import lru_cache
 from pathlib import Path
 
 BANDS_CSV = Path(__file__).resolve().parent / "data" / "uncertainty_bands.csv"
-# A regime with fewer rows or publications than this borrows the band pooled over every regime of that kind.
+# A regime with fewer rows or publications than this borrows the pooled band of that kind ("all", see
+# bench/planner_bands.py).
 MIN_ROWS, MIN_SOURCES = 3, 2
 
 
