@@ -107,6 +107,10 @@ def test_correction_is_opt_in_and_beside_the_estimate(client, tokens, points):
     c = body["corrected"]["peak_allocated_gib"]
     assert c["corrected"] == pytest.approx(c["predicted"] * c["factor"])
     assert c["predicted"] == plain["memory"]["peak_allocated_gib"]
+    # with measured rows for this GPU type the band is theirs: narrower than the corpus band, around the correction
+    lo, hi = c["range"]
+    clo, chi = plain["memory"]["peak_allocated_gib_range"]
+    assert lo <= c["corrected"] <= hi and hi - lo < chi - clo
 
 
 def test_run_page_fix_for_an_oomed_run(client, tokens):
