@@ -177,3 +177,13 @@ def test_ulysses_invalid_when_heads_do_not_split():
     assert by["ring"]["valid"] and by["ring"]["fits"]          # ring attention splits tokens, not heads
     assert by["hybrid"]["ulysses_degree"] == 4 and by["hybrid"]["ring_degree"] == 2
     assert r["choice"] in ("ring", "hybrid")
+
+
+def test_approval_reason_says_may_not_fit_for_a_tight_estimate():
+    from backend.runs.service import does_not_fit
+
+    tight = estimate(qwen_plan(seq_len=max_seq_len(qwen_plan())["likely"]))
+    lo, hi = tight["memory"]["device_total_gib_range"]
+    assert does_not_fit(tight) == (f"the estimate may not fit: {lo}-{hi} GiB per GPU (the range of published "
+                                   "measurements), the GPU has 80.0 GiB")
+    assert does_not_fit(estimate(qwen_plan())) is None
