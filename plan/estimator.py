@@ -1,11 +1,13 @@
 """Assemble the plan-v1 Estimate from a validated Spec."""
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .errors import FieldError
 from .memory import GIB, estimate_memory
 from .throughput import estimate_throughput
+from .uncertainty import band, scaled, verdict
 from .validation import Spec, validate
 
 
@@ -18,7 +20,12 @@ def _sig(x: float) -> float:
     return float(f"{float(x):.6g}")
 
 
-def memory_section(spec: Spec, mem: dict) -> dict:
+def memory_point_gib(section: dict) -> float:
+    """The figure `fits` and the bands are read on: what nvidia-smi would show (plan-v1 `device_total_gib`)."""
+    return float(section["device_total_gib"])
+
+
+def memory_section(spec: Spec, mem: dict, method: str = "ulysses") -> dict:
     breakdown = {k: _r(v / GIB) for k, v in mem["breakdown"].items()}
     # Round the parts, then state the peak as their sum so the breakdown adds up exactly (plan-v1 invariant).
     peak = _r(sum(breakdown.values()))
@@ -26,8 +33,16 @@ def memory_section(spec: Spec, mem: dict) -> dict:
     device_total = max(reserved, _r(mem["device_total"] / GIB))
     capacity = float(spec.gpu.memory_gib)
     cpu = _r(mem["cpu_per_node"] / GIB, 1)
+    b = band(spec, "memory", method)
+    total_range = scaled(device_total, b)
+    v = verdict(total_range[0], total_range[1], capacity)
     return {"peak_allocated_gib": peak, "device_total_gib": device_total, "gpu_capacity_gib": capacity,
-            "fits": device_total <= capacity, "breakdown_gib": breakdown, "peak_phase": mem["peak_phase"],
+            "fits": v == "fits", "verdict": v, "device_total_gib_range": total_range,
+            "peak_allocated_gib_range": scaled(peak, b), "reserved_gib_range": scaled(reserved, b),
+            "headroom_gib_range": [_r(capacity - total_range[1]), _r(capacity - total_range[0])],
+            "headroom_pct_range": [_r(100 * (capacity - total_range[1]) / capacity, 1),
+                                   _r(100 * (capacity - total_range[0]) / capacity, 1)],
+            "breakdown_gib": breakdown, "peak_phase": mem["peak_phase"],
             "reserved_gib": reserved,
             "allocator_stranded_gib": _r(mem["stranded"] / GIB),
             "context_and_nccl_gib": _r(device_total - reserved),
@@ -36,8 +51,12 @@ def memory_section(spec: Spec, mem: dict) -> dict:
             "cpu_breakdown_gib_per_node": {k: _r(v / GIB, 1) for k, v in mem["cpu_breakdown_per_node"].items()}}
 
 
-def throughput_section(tp: dict) -> dict:
+def throughput_section(spec: Spec, tp: dict, method: str = "ulysses") -> dict:
+    lo, hi = band(spec, "time", method)
+    step, tps = tp["step_time_s"], tp["tokens_per_s"]
     return {"step_time_s": _sig(tp["step_time_s"]), "tokens_per_s": _r(tp["tokens_per_s"], 1),
+            "step_time_s_range": [_sig(step * math.exp(lo)), _sig(step * math.exp(hi))],
+            "tokens_per_s_range": [_r(tps * math.exp(-hi), 1), _r(tps * math.exp(-lo), 1)],
             "tokens_per_s_per_gpu": _r(tp["tokens_per_s_per_gpu"], 1), "tflops_per_gpu": _r(tp["tflops_per_gpu"], 1),
             "mfu": _r(tp["mfu"], 4), "time_breakdown_s": {k: _sig(v) for k, v in tp["time_breakdown_s"].items()}}
 
@@ -51,7 +70,7 @@ def estimate_spec(spec: Spec, warnings: list | None = None) -> dict:
     tp = estimate_throughput(spec)
     m = spec.model
     return {"valid": True, "errors": [], "warnings": list(warnings or []),
-            "memory": memory_section(spec, mem), "throughput": throughput_section(tp),
+            "memory": memory_section(spec, mem), "throughput": throughput_section(spec, tp),
             "model": {"name": m.name, "params": m.total_params, "local_tokens_per_rank": spec.local_tokens}}
 
 
@@ -63,7 +82,12 @@ def estimate(plan: Any) -> dict:
     return estimate_spec(v.spec, v.warnings)
 
 
-def fits(spec: Spec) -> bool:
-    """Whether a spec fits on the GPU and in host memory (the test the max-context search bisects on)."""
+def fits(spec: Spec, end: str = "point") -> bool:
+    """Whether a spec fits on the GPU and in host memory (the test the max-context search bisects on), read at one
+    end of the memory band: "high" (the verdict's `fits`), "point" (the estimate itself) or "low"."""
     section = memory_section(spec, estimate_memory(spec))
-    return section["fits"] and section["cpu_fits"]
+    if not section["cpu_fits"]:
+        return False
+    lo, hi = section["device_total_gib_range"]
+    x = {"high": hi, "point": section["device_total_gib"], "low": lo}[end]
+    return x <= section["gpu_capacity_gib"]

@@ -82,8 +82,9 @@ def _diff(a: Spec, b: Spec | None) -> list[dict]:
 
 
 def _fits(est: dict, margin: float) -> bool:
+    """The fix aims for the verdict "fits": the high end of the memory band within the card (less `margin`)."""
     m = est["memory"]
-    return m["device_total_gib"] <= m["gpu_capacity_gib"] / (1 + margin) and m["cpu_fits"]
+    return m["device_total_gib_range"][1] <= m["gpu_capacity_gib"] / (1 + margin) and m["cpu_fits"]
 
 
 def fix(data: Any, measured_oom: bool = False) -> dict:

@@ -33,8 +33,11 @@ TILED_LOSS_SHARD_BYTES = GIB
 CUBLAS_WORKSPACE_BYTES = 64 * 2 ** 20
 # What `nvidia-smi` shows on top of torch's allocated bytes (plan-v1 `device_total_gib`): the caching allocator's
 # reserved peak, the CUDA context and NCCL's buffers, modelled in plan.allocator.
-# Attention kernels whose backward allocates dk/dv at the query head count under GQA (see layer_terms).
-GQA_EXPANDING_BACKWARD = ("flash_attention_2",)
+# Attention kernels whose backward allocates dk/dv at the query head count under GQA (see layer_terms):
+# flash-attn's mha_bwd (dk_expanded, dv_expanded), and torch SDPA since Transformers passes enable_gqa=True to it
+# when there is no mask (transformers/integrations/sdpa_attention.py `use_gqa_in_sdpa`: "CUDA ... require no mask
+# and supported head dims"), where torch's flash kernel (the same FlashAttention-2 code) expands dk/dv the same way.
+GQA_EXPANDING_BACKWARD = ("flash_attention_2", "sdpa")
 # Host memory a training process holds outside of offloaded tensors (CUDA host-side context, torch, NCCL host
 # buffers, the data loader): about 4 GiB per rank.
 HOST_BYTES_PER_RANK = 4 * GIB

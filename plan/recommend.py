@@ -47,9 +47,16 @@ def _locked(data: dict) -> set[str]:
     return out
 
 
-def _fits(spec: Spec) -> tuple[bool, dict]:
+def _fits(spec: Spec, end: str = "point") -> tuple[bool, dict]:
+    """Whether the search keeps a candidate: host memory suffices and its point estimate fits (verdict "fits" or
+    "tight"; the ranking puts every "fits" first), or with end="high" the band's high end does (verdict "fits")."""
     sec = memory_section(spec, estimate_memory(spec))
-    return sec["fits"] and sec["cpu_fits"], sec
+    gpu = sec["verdict"] == "fits" if end == "high" else sec["device_total_gib"] <= sec["gpu_capacity_gib"]
+    return gpu and sec["cpu_fits"], sec
+
+
+def _verdict(spec: Spec) -> str:
+    return memory_section(spec, estimate_memory(spec))["verdict"]
 
 
 def _valid_switches(sw: dict[str, Any]) -> bool:
@@ -63,8 +70,8 @@ def _valid_switches(sw: dict[str, Any]) -> bool:
 
 
 class _Search:
-    def __init__(self, base: Spec, locked: set[str]):
-        self.base, self.locked = base, locked
+    def __init__(self, base: Spec, locked: set[str], end: str = "point"):
+        self.base, self.locked, self.end = base, locked, end
         self.evaluated: dict[tuple, tuple[bool, dict, Spec]] = {}
         self.rejected: dict[tuple, str] = {}
 
@@ -82,7 +89,7 @@ class _Search:
         t = spec.plan.training
         key = (spec.sp, spec.dp, spec.seq_len, t.model_dump_json())
         if key not in self.evaluated:
-            ok, sec = _fits(spec)
+            ok, sec = _fits(spec, self.end)
             self.evaluated[key] = (ok, sec, spec)
         ok, sec, _ = self.evaluated[key]
         return ok, sec
@@ -170,7 +177,7 @@ def _key(spec: Spec) -> tuple:
 
 
 def _why(sec: dict) -> str:
-    if not sec["fits"]:
+    if sec["device_total_gib"] > sec["gpu_capacity_gib"]:
         b = sec["breakdown_gib"]
         big = max(b, key=lambda k: b[k])
         return (f"does not fit: {sec['device_total_gib']:.1f} GiB device total of {sec['gpu_capacity_gib']:.0f} GiB "
@@ -219,7 +226,10 @@ def reasons(spec: Spec, est: dict) -> list[str]:
         out.append(f"micro batch {t.micro_batch_size} fills the GEMMs")
     if t.attn_implementation == "flash_attention_3":
         out.append("FlashAttention-3 (Hopper) runs attention faster than FA2; needs the flash-attn 3 build")
-    out.append(f"{m['device_total_gib']:.1f} of {m['gpu_capacity_gib']:.0f} GiB per GPU; "
+    lo, hi = m["headroom_gib_range"]
+    plo, phi = m["headroom_pct_range"]
+    out.append(f"{m['device_total_gib']:.1f} of {m['gpu_capacity_gib']:.0f} GiB per GPU ({m['verdict']}: "
+               f"{lo:.1f} to {hi:.1f} GiB, {plo:.0f}% to {phi:.0f}% headroom); "
                f"{est['throughput']['tokens_per_s']:,.0f} tokens/s")
     return out
 
@@ -285,7 +295,7 @@ def recommend(data: Any, longest: bool = False) -> dict:
     if base is None:
         assert bad is not None
         return {"recommendations": [], "rejected": [], "errors": bad["errors"]}
-    s = _Search(base, locked)
+    s = _Search(base, locked, "high" if longest else "point")
     found: list[Spec] = []
     structs = _structures(s)
     if longest:
@@ -296,13 +306,13 @@ def recommend(data: Any, longest: bool = False) -> dict:
             if not _valid_switches(sw):
                 sw["offload_params"] = False
             spec = s.spec(None, **sw)
-            n = max_seq_for_spec(spec)
+            n = max_seq_for_spec(spec, "high")          # the longest that fits at the band's high end
             if n == 0:
                 s.rejected[_key(spec)] = "nothing fits, not even sp_size tokens"
                 s.evaluate(spec)
                 continue
             found.append(_drop_unneeded(s, spec.with_(seq_len=n)))
-        return _answer(s, found, key=lambda sp: (-sp.seq_len, -_tps(sp)))
+        return _answer(s, found, key=lambda sp: (_verdict(sp) != "fits", -sp.seq_len, -_tps(sp)))
     fitted_z3: set[tuple] = set()
     for st in structs:
         z3_fits = (st["sp_size"], st["attn_implementation"]) in fitted_z3
@@ -322,4 +332,4 @@ def recommend(data: Any, longest: bool = False) -> dict:
                     s.rejected[_key(cand)] = _why(sec)
                     break
                 found.append(cand)
-    return _answer(s, found, key=lambda sp: -_tps(sp))
+    return _answer(s, found, key=lambda sp: (_verdict(sp) != "fits", -_tps(sp)))

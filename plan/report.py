@@ -34,8 +34,20 @@ def _setup(spec: Spec) -> str:
             + (f", offloaded: {', '.join(offload)}" if offload else "") + (f", {', '.join(savers)}" if savers else ""))
 
 
-def text_report(plan: dict, estimate: dict, max_seq: int | None = None) -> str:
-    """The Estimate `estimate` of `plan` (with `max_seq`: the answer of a max-context search) as text."""
+def verdict_words(m: dict) -> str:
+    """The memory verdict and its band in words: "fits with 9-17 GiB to spare", "may not fit: 74-86 GiB of 80",
+    "does not fit: 92-104 GiB of 80" (the dashboard words it the same way, frontend/src/lib/verdict.ts)."""
+    lo, hi = m["device_total_gib_range"]
+    cap = m["gpu_capacity_gib"]
+    if m["verdict"] == "fits":
+        return f"fits with {cap - hi:.0f}\u2013{cap - lo:.0f} GiB to spare"
+    word = "may not fit" if m["verdict"] == "tight" else "does not fit"
+    return f"{word}: {lo:.0f}\u2013{hi:.0f} GiB of {cap:.0f}"
+
+
+def text_report(plan: dict, estimate: dict, max_seq: int | None = None, safe: int | None = None) -> str:
+    """The Estimate `estimate` of `plan` (with `max_seq`: the answer of a max-context search, `safe` its length
+    whose band fits) as text."""
     lines = []
     if not estimate.get("valid"):
         lines.append("not a valid plan:")
@@ -47,12 +59,15 @@ def text_report(plan: dict, estimate: dict, max_seq: int | None = None) -> str:
             spec = spec.with_(seq_len=max(max_seq, spec.sp))
         lines.append(f"{spec.model.name} ({_count(spec.model.total_params)} params): {_setup(spec)}")
         if max_seq is not None:
-            lines.append(f"longest seq_len that fits: {max_seq:,} tokens"
-                         + (" (nothing fits)" if max_seq == 0 else "; the estimate below is at that length"))
+            lines.append(f"longest seq_len that fits: {max_seq:,} tokens likely"
+                         + (f", {safe:,} safe (the range's high end fits)" if safe is not None else "")
+                         + (" (nothing fits)" if max_seq == 0 else "; the estimate below is at the likely length"))
         m, t = estimate["memory"], estimate["throughput"]
         lines.append(f"GPU memory per rank: {m['peak_allocated_gib']:.2f} GiB allocated at its peak "
                      f"({m.get('peak_phase', '?')}), {m['device_total_gib']:.2f} GiB device total of "
-                     f"{m['gpu_capacity_gib']:.0f} GiB: {'fits' if m['fits'] else 'DOES NOT FIT'}")
+                     f"{m['gpu_capacity_gib']:.0f} GiB")
+        lines.append(f"  {verdict_words(m)} (range {m['device_total_gib_range'][0]:.1f}\u2013"
+                     f"{m['device_total_gib_range'][1]:.1f} GiB)")
         lines.append(f"  {_parts(m['breakdown_gib'], ' GiB', '.3g')}")
         if m.get("reserved_gib") is not None:
             lines.append(f"  device total = allocator reserved {m['reserved_gib']:.2f} GiB (of which "
@@ -65,6 +80,9 @@ def text_report(plan: dict, estimate: dict, max_seq: int | None = None) -> str:
         lines.append(f"step (one optimizer step): {t['step_time_s']:.4g} s; {_si(t['tokens_per_s'])} tokens/s "
                      f"({_si(t['tokens_per_s_per_gpu'])} per GPU), {t['tflops_per_gpu']:.1f} TFLOPS per GPU, "
                      f"MFU {100 * t['mfu']:.1f}%")
+        lo, hi = t["step_time_s_range"]
+        tlo, thi = t["tokens_per_s_range"]
+        lines.append(f"  range: {lo:.4g}\u2013{hi:.4g} s per step, {_si(tlo)}\u2013{_si(thi)} tokens/s")
         lines.append(f"  {_parts(t['time_breakdown_s'], ' s', '.4g')}")
     lines += [f"warning: {w['field']}: {w['message']}" for w in estimate.get("warnings", [])]
     return "\n".join(lines)

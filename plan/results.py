@@ -7,6 +7,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+Verdict = Literal["fits", "tight", "does_not_fit"]
+BAND = ("from the validation corpus's residuals in this estimate's regime, leave-one-source-out "
+        "(plan/data/uncertainty_bands.csv, bench/planner_bands.py)")
+
 
 class FieldErrorOut(BaseModel):
     field: str
@@ -17,7 +21,14 @@ class MemoryEstimate(BaseModel):
     peak_allocated_gib: float
     device_total_gib: float
     gpu_capacity_gib: float
-    fits: bool
+    fits: bool = Field(description='verdict == "fits"')
+    verdict: Verdict = Field(description='"fits": the range\'s high end fits; "tight": only its low end does; '
+                                         '"does_not_fit": not even the low end')
+    device_total_gib_range: list[float] = Field(description="[low, high] of device_total_gib, " + BAND)
+    peak_allocated_gib_range: list[float] = Field(description="[low, high] of peak_allocated_gib, " + BAND)
+    reserved_gib_range: list[float] | None = Field(None, description="[low, high] of reserved_gib, " + BAND)
+    headroom_gib_range: list[float] = Field(description="[low, high] of capacity - device total (negative: over)")
+    headroom_pct_range: list[float] = Field(description="headroom_gib_range as percent of the capacity")
     breakdown_gib: dict[str, float]
     peak_phase: str = ""
     reserved_gib: float | None = Field(None, description="The caching allocator's reserved peak "
@@ -36,6 +47,8 @@ class MemoryEstimate(BaseModel):
 class ThroughputEstimate(BaseModel):
     step_time_s: float
     tokens_per_s: float
+    step_time_s_range: list[float] = Field(description="[low, high] of step_time_s, " + BAND)
+    tokens_per_s_range: list[float] = Field(description="[low, high] of tokens_per_s, " + BAND)
     tokens_per_s_per_gpu: float
     tflops_per_gpu: float
     mfu: float
@@ -58,7 +71,10 @@ class Estimate(BaseModel):
 
 
 class MaxSeq(BaseModel):
-    max_seq_len: int | None
+    max_seq_len: int | None = Field(description="= likely")
+    likely: int | None = Field(None, description="Longest seq_len whose point estimate fits")
+    safe: int | None = Field(None, description="Longest seq_len whose memory range's high end fits (verdict fits)")
+    optimistic: int | None = Field(None, description="Longest seq_len whose memory range's low end fits")
     estimate: Estimate
 
 
@@ -68,11 +84,12 @@ class SweepSeries(BaseModel):
     valid: bool
     errors: list[FieldErrorOut]
     gpus: int | None = None
-    max_seq_len: int | None
+    max_seq_len: int | None = Field(description="Longest seq_len whose point estimate fits (likely)")
+    safe_max_seq_len: int | None = Field(None, description="Longest seq_len whose memory range's high end fits")
     peak_allocated_gib: list[float | None]
     device_total_gib: list[float | None]
     tokens_per_s: list[float | None]
-    fits: list[bool | None]
+    fits: list[bool | None] = Field(description='memory.verdict == "fits" and cpu_fits at each seq_len')
 
 
 class Sweep(BaseModel):
@@ -177,12 +194,16 @@ class SpMethodOption(BaseModel):
     valid: bool
     why_not: str | None = None
     device_total_gib: float | None = None
+    device_total_gib_range: list[float] | None = None
+    verdict: Verdict | None = None
     fits: bool | None = None
     comm_gb_per_step: float | None = None
     all_to_all_s: float | None = None
     exposed_ring_s: float | None = None
     step_time_s: float | None = None
+    step_time_s_range: list[float] | None = None
     tokens_per_s: float | None = None
+    tokens_per_s_range: list[float] | None = None
 
 
 class SpMethods(BaseModel):

@@ -17,11 +17,21 @@ time, and which to use. An estimate only: Ulysses Lab trains with Ulysses (DeepS
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from .estimator import _r, memory_section
+from .estimator import _r, memory_section, throughput_section
 from .memory import GIB, estimate_memory
-from .throughput import ATTN_BWD_FACTOR, ATTN_EFFICIENCY, ATTN_HALF_SEQ, LINK_EFFICIENCY, estimate_throughput, gpu_class
+from .throughput import (
+    ATTN_BWD_FACTOR,
+    ATTN_EFFICIENCY,
+    ATTN_HALF_SEQ,
+    LINK_EFFICIENCY,
+    attention_len,
+    estimate_throughput,
+    gpu_class,
+)
+from .uncertainty import band, scaled, verdict
 from .validation import Spec, validate
 
 LABEL = "estimate: Ulysses Lab trains with Ulysses"
@@ -64,10 +74,13 @@ def _ring(spec: Spec, u: int, r: int) -> dict:
     at_peak = phases.get(mem["peak_phase"], phases["layer"])
     grow = max(0.0, sum(phases["layer"].values()) + extra - sum(at_peak.values()))
     device_total = sec["device_total_gib"] + grow / GIB
-    tp = estimate_throughput(virtual, attn_len=S, attn_block=tokens)
+    # Packed documents (`document_len`): attention stops at document boundaries, so each token attends over its
+    # document, not the sequence (plan.throughput.attention_len); the ring still passes every kv chunk around.
+    attn = attention_len(spec)
+    tp = estimate_throughput(virtual, attn_len=attn, attn_block=min(tokens, attn))
     # one ring step computes one t x t block of this rank's heads: the forward's 2 a d S t FLOPs / r per layer
     eta = ATTN_EFFICIENCY[(spec.attn, gpu_class(g))] * tokens / (tokens + ATTN_HALF_SEQ)
-    fwd_block = 2 * (m.num_attention_heads // u) * m.head_dim * S * tokens / r / (g.peak_flops(spec.dtype) * eta)
+    fwd_block = 2 * (m.num_attention_heads // u) * m.head_dim * attn * tokens / r / (g.peak_flops(spec.dtype) * eta)
     across = u * r > spec.ranks_per_node
     bw = (g.typical_internode_gb_per_s if across else g.nvlink_gb_per_s_per_direction) * 1e9 * LINK_EFFICIENCY
     hop = chunk / bw
@@ -78,11 +91,22 @@ def _ring(spec: Spec, u: int, r: int) -> dict:
     volume = spec.grad_accum * L * (r - 1) * chunk * (passes_fwd + 1 + 4 / B)
     volume += spec.grad_accum * L * (passes_fwd + 1) * _a2a_bytes(virtual, u)
     step = tp["step_time_s"] + ring_s
+    lo_t, hi_t = band(spec, "time", "ring")
     n_tokens = S * b * spec.grad_accum * spec.dp
-    return {"device_total_gib": _r(device_total), "fits": device_total <= sec["gpu_capacity_gib"],
+    return {"device_total_gib": _r(device_total), **_bands(spec, device_total, sec["gpu_capacity_gib"], step, "ring"),
             "comm_gb_per_step": _r(volume / 1e9), "exposed_ring_s": ring_s,
             "all_to_all_s": tp["time_breakdown_s"]["all_to_all"], "step_time_s": step,
-            "tokens_per_s": n_tokens / step}
+            "tokens_per_s": n_tokens / step, "tokens_per_s_range": [n_tokens / (step * math.exp(hi_t)),
+                                                                    n_tokens / (step * math.exp(lo_t))]}
+
+
+def _bands(spec: Spec, device_total: float, capacity: float, step: float, method: str) -> dict:
+    """The memory and step-time bands of an option (plan.uncertainty) and its verdict."""
+    total_range = scaled(device_total, band(spec, "memory", method))
+    v = verdict(total_range[0], total_range[1], capacity)
+    lo, hi = band(spec, "time", method)
+    return {"device_total_gib_range": total_range, "verdict": v, "fits": v == "fits",
+            "step_time_s_range": [step * math.exp(lo), step * math.exp(hi)]}
 
 
 def compare(data: Any) -> dict:
@@ -110,9 +134,12 @@ def compare(data: Any) -> dict:
         tp = estimate_throughput(spec)
         passes = 3 if spec.activation_checkpointing else 2
         vol = spec.grad_accum * spec.model.num_hidden_layers * passes * _a2a_bytes(spec, P)
-        ul.update(device_total_gib=mem["device_total_gib"], fits=mem["fits"], comm_gb_per_step=_r(vol / 1e9),
+        ts = throughput_section(spec, tp)
+        ul.update(device_total_gib=mem["device_total_gib"], device_total_gib_range=mem["device_total_gib_range"],
+                  verdict=mem["verdict"], fits=mem["fits"], comm_gb_per_step=_r(vol / 1e9),
                   all_to_all_s=tp["time_breakdown_s"]["all_to_all"], exposed_ring_s=0.0,
-                  step_time_s=tp["step_time_s"], tokens_per_s=tp["tokens_per_s"])
+                  step_time_s=tp["step_time_s"], step_time_s_range=ts["step_time_s_range"],
+                  tokens_per_s=tp["tokens_per_s"], tokens_per_s_range=ts["tokens_per_s_range"])
     options.append(ul)
     options.append({"method": "ring", "degree": P, "ulysses_degree": 1, "ring_degree": P, "valid": P > 1,
                     "why_not": None if P > 1 else "sp_size 1: nothing to split",
@@ -129,6 +156,9 @@ def compare(data: Any) -> dict:
         for k in ("step_time_s", "tokens_per_s", "all_to_all_s", "exposed_ring_s"):
             if k in o:
                 o[k] = float(f"{o[k]:.6g}")
+        for k in ("step_time_s_range", "tokens_per_s_range"):
+            if k in o:
+                o[k] = [float(f"{x:.6g}") for x in o[k]]
     usable = [o for o in options if o["valid"] and o.get("fits")]
     pick = max(usable, key=lambda o: o["tokens_per_s"]) if usable else None
     return {"label": LABEL, "valid": True, "errors": [], "options": options,

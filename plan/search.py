@@ -17,30 +17,30 @@ def at_seq_len(plan: Plan, seq_len: int) -> Plan:
     return plan.model_copy(update={"training": plan.training.model_copy(update={"seq_len": seq_len}), "run": None})
 
 
-def max_seq_for_spec(spec: Spec) -> int:
+def max_seq_for_spec(spec: Spec, end: str = "point") -> int:
     """Largest seq_len, a multiple of sp_size, that fits (0 if not even sp_size tokens fit).
 
     Memory is monotone non-decreasing in seq_len (every term is a non-negative polynomial in it), so bisect on
     k = seq_len / sp_size: ~30 evaluations of the analytical model, well under a millisecond each.
     """
     sp = spec.sp
-    if not fits(spec.with_(seq_len=sp)):
+    if not fits(spec.with_(seq_len=sp), end):
         return 0
     lo, hi = 1, 2
     limit = MAX_SEARCH_TOKENS // sp
-    while hi <= limit and fits(spec.with_(seq_len=hi * sp)):
+    while hi <= limit and fits(spec.with_(seq_len=hi * sp), end):
         lo, hi = hi, hi * 2
     if hi > limit:
-        return limit * sp if fits(spec.with_(seq_len=limit * sp)) else _bisect(spec, lo, limit) * sp
-    return _bisect(spec, lo, hi) * sp
+        return limit * sp if fits(spec.with_(seq_len=limit * sp), end) else _bisect(spec, lo, limit, end) * sp
+    return _bisect(spec, lo, hi, end) * sp
 
 
-def _bisect(spec: Spec, lo: int, hi: int) -> int:
+def _bisect(spec: Spec, lo: int, hi: int, end: str = "point") -> int:
     """lo fits, hi does not; returns the largest fitting k."""
     sp = spec.sp
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if fits(spec.with_(seq_len=mid * sp)):
+        if fits(spec.with_(seq_len=mid * sp), end):
             lo = mid
         else:
             hi = mid
@@ -53,14 +53,16 @@ def max_seq_len(data: Any) -> dict:
     `max_seq_len: null` with the invalid estimate (its seq_len is ignored: the search sets it)."""
     plan, errors = parse(data)
     if plan is None:
-        return {"max_seq_len": None, "estimate": invalid(errors)}
+        return {"max_seq_len": None, "likely": None, "safe": None, "optimistic": None, "estimate": invalid(errors)}
     sp = plan.parallel.sp_size
     v = validate(at_seq_len(plan, sp))
     if v.spec is None:
-        return {"max_seq_len": None, "estimate": invalid(v.errors, v.warnings)}
+        return {"max_seq_len": None, "likely": None, "safe": None, "optimistic": None,
+                "estimate": invalid(v.errors, v.warnings)}
     n = max_seq_for_spec(v.spec)
     at = validate(at_seq_len(plan, max(n, sp)))  # the warnings at that length
-    return {"max_seq_len": n, "estimate": estimate_spec(at.spec or v.spec, at.warnings)}
+    return {"max_seq_len": n, "likely": n, "safe": max_seq_for_spec(v.spec, "high"),
+            "optimistic": max_seq_for_spec(v.spec, "low"), "estimate": estimate_spec(at.spec or v.spec, at.warnings)}
 
 
 def _kv_ok(kv: int, sp: int) -> bool:
@@ -124,12 +126,13 @@ def sweep(data: Any, sp_sizes: list[int] | None = None, seq_lens: list[int] | No
     for sp in sps:
         if sp in series_errors:
             series.append({"sp_size": sp, "valid": False, "errors": series_errors[sp], "max_seq_len": None,
+                           "safe_max_seq_len": None,
                            "peak_allocated_gib": [None] * len(grid), "device_total_gib": [None] * len(grid),
                            "tokens_per_s": [None] * len(grid), "fits": [None] * len(grid)})
             continue
         spec = specs[sp]
         row: dict = {"sp_size": sp, "dp_size": spec.dp, "valid": True, "errors": [], "gpus": spec.world,
-                     "max_seq_len": max_seqs[sp],
+                     "max_seq_len": max_seqs[sp], "safe_max_seq_len": max_seq_for_spec(spec, "high"),
                      "peak_allocated_gib": [], "device_total_gib": [], "tokens_per_s": [], "fits": []}
         for n in grid:
             seq = max(sp, n // sp * sp)

@@ -16,10 +16,12 @@ GEMM_HALF_TOKENS = 512
 # Attention kernels' attained fraction of peak (causal, head_dim 128, long sequences):
 # FlashAttention-2 reaches 50-73% of A100 peak fwd (Dao 2023) but only ~35% of H100 peak, because it does not use
 # Hopper's wgmma/TMA; FlashAttention-3 reaches ~75% on H100 (Shah et al. 2024, fig. 5). torch SDPA dispatches to
-# the FA2 kernel; eager attention is bandwidth bound.
+# the FA2 kernel on Ampere; on Hopper it prefers cuDNN's fused attention (torch/backends/cuda `cudnn_sdp_enabled`;
+# sdp_utils' priority order puts cuDNN first on sm90), which runs at FlashAttention-3's level (Shah et al. 2024,
+# fig. 5-6 plot cuDNN beside FA3 on H100): the FA3 figure. Eager attention is bandwidth bound.
 ATTN_EFFICIENCY = {("flash_attention_2", "hopper"): 0.35, ("flash_attention_2", "ampere"): 0.6,
                    ("flash_attention_3", "hopper"): 0.6, ("flash_attention_3", "ampere"): 0.6,
-                   ("sdpa", "hopper"): 0.35, ("sdpa", "ampere"): 0.55,
+                   ("sdpa", "hopper"): 0.6, ("sdpa", "ampere"): 0.55,
                    ("flex_attention", "hopper"): 0.3, ("flex_attention", "ampere"): 0.45,
                    ("eager", "hopper"): 0.15, ("eager", "ampere"): 0.2}
 # Attention kernels lose efficiency on short sequences (fewer tiles per head, prologue/epilogue per block): FA2's

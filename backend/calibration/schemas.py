@@ -2,6 +2,8 @@
 fitted correction per GPU type with its residual."""
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field
 
 from plan.results import Estimate
@@ -78,6 +80,12 @@ class CorrectedFigure(BaseModel):
     factor: float
     residual: float
     n: int
+    range: list[float] = Field(description="[low, high] of the corrected figure: the spread of this GPU type's "
+                                           "measured rows around the fit (narrower than the corpus band once it "
+                                           "has measured rows)")
+    verdict: Literal["fits", "tight", "does_not_fit"] | None = Field(None, description="device_total_gib only: "
+                                                                                       "the corrected range vs the "
+                                                                                       "capacity")
 
 
 class CorrectedFigures(BaseModel):

@@ -200,6 +200,23 @@ def corrected(session: Session, plan: dict) -> dict:
     out: dict[str, Any] = {"gpu": gpu, "estimate": est, "corrected": {}}
     for f in FIGURES:
         c = fit(points, f)
-        out["corrected"][f] = None if c is None or pred[f] is None else {
-            "predicted": pred[f], "corrected": pred[f] * c["factor"], **c}
+        if c is None or pred[f] is None:
+            out["corrected"][f] = None
+            continue
+        value = pred[f] * c["factor"]
+        lo, hi = band(points, f, c["factor"])
+        out["corrected"][f] = {"predicted": pred[f], "corrected": value, **c, "range": [value * lo, value * hi]}
+        if f == "device_total_gib" and est.get("valid"):
+            cap = est["memory"]["gpu_capacity_gib"]
+            out["corrected"][f]["verdict"] = "fits" if value * hi <= cap else "tight" if value * lo <= cap \
+                else "does_not_fit"
     return out
+
+
+def band(points: list[CalibrationPoint], figure: str, factor: float) -> tuple[float, float]:
+    """The range of measured / (factor x predicted) over the GPU type's measured rows (1 inside): the band of the
+    corrected figure, which replaces the corpus band (plan.uncertainty) once this GPU type has measured rows. CPU
+    runs are filed under GPU "cpu" (record_run), so they never enter a GPU type's band."""
+    ratios = [getattr(p, f"measured_{figure}") / (factor * getattr(p, f"predicted_{figure}")) for p in points
+              if getattr(p, f"predicted_{figure}") and getattr(p, f"measured_{figure}")]
+    return min(1.0, *ratios), max(1.0, *ratios)

@@ -123,6 +123,10 @@ def does_not_fit(estimate: dict | None) -> str | None:
     """Why the plan's estimate says the run will not fit (GPU or CPU memory), or None."""
     memory = (estimate or {}).get("memory") or {}
     if memory.get("fits") is False:
+        lo, hi = memory.get("device_total_gib_range") or (None, None)
+        if memory.get("verdict") == "tight":
+            return (f"the estimate may not fit: {lo}-{hi} GiB per GPU (the range of published measurements), "
+                    f"the GPU has {memory.get('gpu_capacity_gib')} GiB")
         return (f"the estimate needs {memory.get('device_total_gib')} GiB per GPU; "
                 f"the GPU has {memory.get('gpu_capacity_gib')} GiB")
     if memory.get("cpu_fits") is False:

@@ -62,7 +62,12 @@ if check(e is not None, "valid plan: output is not JSON"):
               f"breakdown sums to {sum(b.values()):.2f}, peak_allocated_gib is {m['peak_allocated_gib']}")
     if "device_total_gib" in m and "peak_allocated_gib" in m:
         check(m["device_total_gib"] >= m["peak_allocated_gib"], "device_total_gib below peak_allocated_gib")
-        check(m.get("fits") == (m["device_total_gib"] <= m.get("gpu_capacity_gib", 0)), "fits disagrees with device_total vs capacity")
+        lo, hi = m.get("device_total_gib_range") or (None, None)
+        check(lo is not None and lo <= m["device_total_gib"] <= hi, "device_total_gib_range does not hold device_total_gib")
+        cap = m.get("gpu_capacity_gib", 0)
+        want = "fits" if hi is not None and hi <= cap else "tight" if lo is not None and lo <= cap else "does_not_fit"
+        check(m.get("verdict") == want, f"verdict {m.get('verdict')} disagrees with the range vs capacity ({want})")
+        check(m.get("fits") == (m.get("verdict") == "fits"), "fits disagrees with verdict == 'fits'")
     check(abs(m.get("gpu_capacity_gib", 0) - 80) < 1.5, "H100-80GB capacity should be about 80 GiB")
     if t.get("tokens_per_s") and t.get("step_time_s"):
         tokens = 32768 * 8  # seq_len * grad_accum * micro_batch * dp
@@ -106,10 +111,18 @@ for what, (plan, field) in bad.items():
 code, em = run(BASE, "--max-seq")
 if check(em is not None and isinstance(em.get("max_seq_len"), int), "--max-seq: no integer max_seq_len"):
     check(em["max_seq_len"] % 4 == 0, "--max-seq: max_seq_len not a multiple of sp_size")
+    check(em.get("likely") == em["max_seq_len"] and 0 < em.get("safe", 0) <= em["max_seq_len"],
+          "--max-seq: want likely == max_seq_len and 0 < safe <= likely")
     _, at = run(variant(training__seq_len=em["max_seq_len"]))
     _, over = run(variant(training__seq_len=em["max_seq_len"] + 4 * 1024))
-    check((at or {}).get("memory", {}).get("fits") is True, "--max-seq: the answer itself does not fit")
-    check((over or {}).get("memory", {}).get("fits") is False, "--max-seq: 4K tokens more still fits")
+    _, safe = run(variant(training__seq_len=em["safe"]))
+
+    def point_fits(e):
+        m = (e or {}).get("memory", {})
+        return m.get("device_total_gib", 1e9) <= m.get("gpu_capacity_gib", 0)
+    check(point_fits(at), "--max-seq: the likely answer's point estimate does not fit")
+    check(not point_fits(over), "--max-seq: 4K tokens more still fits")
+    check((safe or {}).get("memory", {}).get("verdict") == "fits", "--max-seq: the safe answer's verdict is not fits")
 
 for f in failures:
     print("FAIL:", f)

@@ -133,10 +133,11 @@ def test_example_plan_and_picking_a_max_context_row(api_server):
         assert page.input_value("[data-testid=run-data]") == "examples/data/sample.txt"
         _wait_valid(page)
 
-        # The max-context table answers "what fits?"; a row sets sp_size and seq_len to it.
+        # The max-context table answers "what fits?" (safe / likely); a row sets sp_size and the safe seq_len.
         row = page.locator("[data-testid=max-context-sp-1]")
         row.wait_for(timeout=20_000)
-        max1 = int(row.locator("[data-seq]").get_attribute("data-seq"))
+        max1 = int(row.locator("[data-seq]").get_attribute("data-safe-seq"))
+        assert 0 < max1 <= int(row.locator("[data-seq]").get_attribute("data-seq"))
         row.click()
         page.wait_for_function(f"{VALID} && document.querySelector('[data-testid=input-sp_size]')?.value === '1'",
                                timeout=20_000)

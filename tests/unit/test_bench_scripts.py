@@ -9,8 +9,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_bench(name: str) -> str:
-    out = subprocess.run([sys.executable, str(ROOT / "bench" / name)], cwd=ROOT, capture_output=True, text=True,
+def run_bench(name: str, *args: str) -> str:
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / name), *args], cwd=ROOT, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     return out.stdout
@@ -50,3 +50,13 @@ def test_system_metrics_prints_the_cost_of_a_read_and_its_share_of_a_step():
                      text, re.M), text
     assert len(re.findall(r"^\s+[\d.]+ s \|\s+[\d.]+ us \| [\d.]+%$", text, re.M)) == 4, text
     assert re.search(r"^largest share of training time: [\d.]+% \(budget 1%: (OK|MISSED)\)$", text, re.M), text
+
+
+def test_planner_validation_prints_every_corpus_row_and_a_summary_per_regime():
+    text = run_bench("planner_validation.py")
+    from bench.corpus import read_corpus
+    for row in read_corpus():
+        assert re.search(rf"^  {re.escape(row['id'])}\s+published", text, re.M), row["id"]
+    for regime in ("ulysses", "offload", "ring", "packed", "all"):
+        assert re.search(rf"^{regime}\s+rows\s+\d+ \| within 15%: \d+/\d+", text, re.M), regime
+    assert run_bench("planner_bands.py", "--check").rstrip().endswith("committed table is up to date")

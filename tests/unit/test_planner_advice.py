@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from backend.cli import app as ulab
-from plan import compare_sp_methods, estimate, fix, recommend
+from plan import compare_sp_methods, estimate, fix, max_seq_len, recommend
 from tests.plans import alst_plan, qwen_plan
 
 GUIDE_512K = {"model": {"preset": "meta-llama/Llama-3.1-8B"},
@@ -47,10 +47,21 @@ def test_recommend_keeps_locked_fields():
 
 
 def test_recommend_longest_is_sorted_by_length_and_fits():
+    # --longest answers the longest context whose band's high end fits (verdict "fits")
     recs = recommend(GUIDE_512K, longest=True)["recommendations"]
     lens = [x["plan"]["training"]["seq_len"] for x in recs]
     assert lens == sorted(lens, reverse=True) and lens[0] > 524288
     assert all(fits(x["estimate"]) for x in recs)
+
+
+def test_recommend_never_ranks_tight_above_fits_and_states_headroom():
+    recs = recommend(GUIDE_512K)["recommendations"]
+    verdicts = [x["estimate"]["memory"]["verdict"] for x in recs]
+    assert "does_not_fit" not in verdicts
+    assert verdicts == sorted(verdicts, key=lambda v: v != "fits"), verdicts
+    for x in recs:
+        lo, hi = x["estimate"]["memory"]["headroom_gib_range"]
+        assert lo <= hi and any("headroom" in line for line in x["reasons"])
 
 
 def test_recommend_answers_errors_for_an_unknown_model():
@@ -114,12 +125,20 @@ def _write(plan: dict) -> str:
     return f.name
 
 
+def test_fix_aims_for_the_verdict_fits():
+    p = qwen_plan(seq_len=max_seq_len(qwen_plan())["likely"])    # the point estimate fits, the band's high end not
+    m = estimate(p)["memory"]
+    assert m["device_total_gib"] <= 80 and m["verdict"] == "tight"
+    r = fix(p)
+    assert r["changes"] and r["estimate"]["memory"]["verdict"] == "fits"
+
+
 def test_fix_for_an_oomed_run_leaves_room_for_the_planners_error():
-    p = alst_plan(8, 1, seq_len=3_900_000)                   # predicted to fit, within 10% of 80 GiB
+    p = alst_plan(8, 1, seq_len=max_seq_len(alst_plan(8, 1))["safe"])   # verdict fits, at the edge of its band
     assert estimate(p)["memory"]["fits"]
     assert fix(p)["changes"] == []
     r = fix(p, measured_oom=True)
-    assert r["changes"] and r["estimate"]["memory"]["device_total_gib"] <= 80 / 1.10
+    assert r["changes"] and r["estimate"]["memory"]["device_total_gib_range"][1] <= 80 / 1.10
 
 
 # ---- Ulysses vs ring -----------------------------------------------------------------------------------------
@@ -158,3 +177,13 @@ def test_ulysses_invalid_when_heads_do_not_split():
     assert by["ring"]["valid"] and by["ring"]["fits"]          # ring attention splits tokens, not heads
     assert by["hybrid"]["ulysses_degree"] == 4 and by["hybrid"]["ring_degree"] == 2
     assert r["choice"] in ("ring", "hybrid")
+
+
+def test_approval_reason_says_may_not_fit_for_a_tight_estimate():
+    from backend.runs.service import does_not_fit
+
+    tight = estimate(qwen_plan(seq_len=max_seq_len(qwen_plan())["likely"]))
+    lo, hi = tight["memory"]["device_total_gib_range"]
+    assert does_not_fit(tight) == (f"the estimate may not fit: {lo}-{hi} GiB per GPU (the range of published "
+                                   "measurements), the GPU has 80.0 GiB")
+    assert does_not_fit(estimate(qwen_plan())) is None

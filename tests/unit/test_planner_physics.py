@@ -1,5 +1,7 @@
 """Planner v2 terms (issue 17) against hand computations: Liger kernels, the gradient communication dtype, the
 caching allocator's reserved peak, FlashAttention-2's GQA backward, packed documents and CPU Adam."""
+import copy
+
 import pytest
 
 from plan import allocator, estimate
@@ -75,12 +77,14 @@ def test_liger_tiled_mlp_shards():
     assert mem.activation_terms(s)["mlp_peak"] == expect
 
 
-# ---- FlashAttention-2's GQA backward -------------------------------------------------------------------------
-def test_flash_attention_2_expands_dk_dv_under_gqa():
+# ---- FlashAttention-2's GQA backward, and SDPA's (Transformers passes enable_gqa=True) ------------------------
+def test_flash_attention_2_and_sdpa_expand_dk_dv_under_gqa():
     s = spec_of(plan(LLAMA8B, sp=1, seq=4096))
     fa2 = mem.layer_terms(s.model, 1, 2, False, attn="flash_attention_2")
     sdpa = mem.layer_terms(s.model, 1, 2, False, attn="sdpa")
-    assert fa2["attn_bwd"] - sdpa["attn_bwd"] == 2 * 2 * 32 * 128      # dk, dv at 32 query heads, bf16
+    fa3 = mem.layer_terms(s.model, 1, 2, False, attn="flash_attention_3")
+    assert fa2["attn_bwd"] == sdpa["attn_bwd"]
+    assert fa2["attn_bwd"] - fa3["attn_bwd"] == 2 * 2 * 32 * 128      # dk, dv at 32 query heads, bf16
     mha = spec_of(plan({"config": {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
                                    "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 128,
                                    "vocab_size": 512}}))
@@ -128,7 +132,11 @@ def test_plan_v1_invariants_hold_with_the_allocator():
         m = estimate(p)["memory"]
         assert sum(m["breakdown_gib"].values()) == pytest.approx(m["peak_allocated_gib"], abs=1e-6)
         assert m["peak_allocated_gib"] <= m["reserved_gib"] <= m["device_total_gib"]
-        assert m["fits"] == (m["device_total_gib"] <= m["gpu_capacity_gib"])
+        lo, hi = m["device_total_gib_range"]
+        assert lo <= m["device_total_gib"] <= hi
+        cap = m["gpu_capacity_gib"]
+        assert m["verdict"] == ("fits" if hi <= cap else "tight" if lo <= cap else "does_not_fit")
+        assert m["fits"] == (m["verdict"] == "fits")
 
 
 # ---- packed documents ----------------------------------------------------------------------------------------
@@ -156,3 +164,23 @@ def test_cpu_adam_step_time():
     s = spec_of(plan(LLAMA8B, sp=8, seq=65536, offload_optimizer=True))
     psi = s.model.total_params
     assert thr.estimate_throughput(s)["time_breakdown_s"]["optimizer_step"] == pytest.approx(psi / 4.0e9)
+
+
+# ---- issue 23's leads -----------------------------------------------------------------------------------------
+def test_ring_attention_reads_document_len():
+    from plan import compare_sp_methods
+
+    whole = plan(QWEN4B, sp=4, seq=65536)
+    packed = copy.deepcopy(whole)
+    packed["training"]["document_len"] = 2048
+
+    def ring(p):
+        return next(o for o in compare_sp_methods(p)["options"] if o["method"] == "ring")
+    assert ring(packed)["step_time_s"] < 0.5 * ring(whole)["step_time_s"]
+
+
+def test_sdpa_on_hopper_runs_at_cudnn_fa3_level_not_fa2():
+    from plan.throughput import ATTN_EFFICIENCY
+
+    assert ATTN_EFFICIENCY[("sdpa", "hopper")] == ATTN_EFFICIENCY[("flash_attention_3", "hopper")]
+    assert ATTN_EFFICIENCY[("sdpa", "ampere")] < ATTN_EFFICIENCY[("flash_attention_2", "ampere")]

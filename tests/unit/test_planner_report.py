@@ -4,7 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from plan import estimate
+from plan import estimate, max_seq_len
 from plan.report import text_report
 from tests.plans import qwen_plan
 
@@ -23,7 +23,11 @@ def test_text_gives_the_json_figures():
     est, text = json.loads(as_json.stdout), as_text.stdout
     m, t = est["memory"], est["throughput"]
     assert f"{m['peak_allocated_gib']:.2f} GiB allocated" in text
-    assert f"{m['device_total_gib']:.2f} GiB device total of 80 GiB: fits" in text
+    assert f"{m['device_total_gib']:.2f} GiB device total of 80 GiB" in text
+    lo, hi = m["device_total_gib_range"]
+    assert m["verdict"] == "fits" and f"fits with {80 - hi:.0f}\u2013{80 - lo:.0f} GiB to spare" in text
+    slo, shi = t["step_time_s_range"]
+    assert f"range: {slo:.4g}\u2013{shi:.4g} s per step" in text
     assert f"{m['cpu_gib_per_node']:.1f} GiB of 1900 GiB: fits" in text
     assert f"MFU {100 * t['mfu']:.1f}%" in text and f"{t['tflops_per_gpu']:.1f} TFLOPS" in text
     for part, gib in m["breakdown_gib"].items():  # every non-zero part, by name
@@ -33,8 +37,10 @@ def test_text_gives_the_json_figures():
 
 def test_text_of_a_max_context_search_states_the_length_it_found():
     as_json, as_text = ulab_plan(EXAMPLE, "--max-seq"), ulab_plan(EXAMPLE, "--max-seq", "--text")
-    n = json.loads(as_json.stdout)["max_seq_len"]
-    assert n > 65536 and f"longest seq_len that fits: {n:,} tokens" in as_text.stdout
+    ans = json.loads(as_json.stdout)
+    n, safe = ans["max_seq_len"], ans["safe"]
+    assert n == ans["likely"] and 0 < safe < n
+    assert n > 65536 and f"longest seq_len that fits: {n:,} tokens likely, {safe:,} safe" in as_text.stdout
     assert f"seq_len {n:,}," in as_text.stdout  # the header describes the estimate shown, at that length
 
 
@@ -46,11 +52,15 @@ def test_text_names_each_broken_field_and_exits_1(tmp_path):
     assert r.stdout.startswith("not a valid plan:") and "training.seq_len:" in r.stdout
 
 
-def test_text_says_when_a_plan_does_not_fit():
-    plan = qwen_plan(seq_len=262144)
-    est = estimate(plan)
-    assert not est["memory"]["fits"]
-    assert "DOES NOT FIT" in text_report(plan, est)
+def test_text_says_when_a_plan_does_not_fit_or_may_not():
+    for seq, verdict, words in ((1 << 20, "does_not_fit", "does not fit: "), (max_seq_len(qwen_plan())["likely"],
+                                                                             "tight", "may not fit: ")):
+        plan = qwen_plan(seq_len=seq)
+        est = estimate(plan)
+        m = est["memory"]
+        assert m["verdict"] == verdict and not m["fits"]
+        lo, hi = m["device_total_gib_range"]
+        assert f"{words}{lo:.0f}\u2013{hi:.0f} GiB of 80" in text_report(plan, est)
 
 
 def test_text_describes_the_plan_with_the_defaults_it_was_estimated_with():

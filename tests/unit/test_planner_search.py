@@ -18,12 +18,18 @@ def with_training(**kw):
 
 @pytest.mark.parametrize("changes", [{}, {"tiled_logits_loss": True, "tiled_mlp": True, "checkpoint_offload": True}])
 def test_max_seq_is_the_boundary(changes):
+    # `likely` (= max_seq_len) is where the point estimate stops fitting, `safe` where the band's high end does.
     r = max_seq_len(with_training(**changes))
-    n = r["max_seq_len"]
-    assert isinstance(n, int) and n > 0 and n % 4 == 0
-    assert r["estimate"]["memory"]["fits"] is True
-    assert estimate(with_training(seq_len=n, **changes))["memory"]["fits"] is True
-    assert estimate(with_training(seq_len=n + 4, **changes))["memory"]["fits"] is False
+    n, safe = r["max_seq_len"], r["safe"]
+    assert isinstance(n, int) and n > 0 and n % 4 == 0 and r["likely"] == n
+    assert 0 < safe < n <= r["optimistic"] and safe % 4 == 0
+
+    def point_fits(seq):
+        m = estimate(with_training(seq_len=seq, **changes))["memory"]
+        return m["device_total_gib"] <= m["gpu_capacity_gib"]
+    assert point_fits(n) and not point_fits(n + 4)
+    assert estimate(with_training(seq_len=safe, **changes))["memory"]["verdict"] == "fits"
+    assert estimate(with_training(seq_len=safe + 4, **changes))["memory"]["verdict"] == "tight"
 
 
 def test_tiling_and_offload_extend_the_context():

@@ -1,6 +1,7 @@
 import { useEffect, useState } from "react";
 import { api, type Fix, type Plan, type Recommend, type Recommendation, type SpMethods } from "../../lib/api";
 import { fmtGiB, fmtNum, fmtSeq } from "../../lib/format";
+import { verdictBadge, verdictWords } from "../../lib/verdict";
 
 type Training = NonNullable<Plan["training"]>;
 const SAVERS: [keyof Training, string][] = [
@@ -17,14 +18,32 @@ export function planSummary(p: Plan): string {
     `${(t.micro_batch_size ?? 1) > 1 ? `, micro batch ${t.micro_batch_size}` : ""}${on.length ? `, ${on.join(", ")}` : ""}`;
 }
 
-/** What Recommend searches from: the model, the hardware and the length; every other field is the search's. */
-function searchFrom(plan: Plan): Plan {
-  return { model: plan.model, hardware: plan.hardware, training: { seq_len: plan.training.seq_len } };
+/** The fields Recommend searches over when the user lets it vary the layout and the memory savers. */
+export const SEARCHED: (keyof Training)[] = ["zero_stage", "offload_optimizer", "offload_params", "activation_checkpointing",
+  "checkpoint_offload", "tiled_mlp", "tiled_logits_loss", "liger_kernel", "attn_implementation", "micro_batch_size"];
+
+/** What Recommend searches from: the model, the hardware, the length, and every training field the user set (one
+ * that differs from the plan model's default), which the search keeps as it is. With `vary`, the layout (sp, dp)
+ * and the fields in SEARCHED are left to the search; without it, they are kept too. */
+export function searchFrom(plan: Plan, defaults: Record<string, Record<string, unknown>>, vary: boolean): Plan {
+  const d = defaults.training ?? {};
+  const training: Record<string, unknown> = { seq_len: plan.training.seq_len };
+  for (const [k, v] of Object.entries(plan.training)) {
+    if (k === "seq_len" || v === undefined || v === null) continue;
+    if (vary && (SEARCHED as string[]).includes(k)) continue;
+    if (JSON.stringify(v) !== JSON.stringify(d[k])) training[k] = v;
+  }
+  const out: Plan = { model: plan.model, hardware: plan.hardware, training: training as Training };
+  if (!vary && plan.parallel) out.parallel = plan.parallel;
+  return out;
 }
 
 /** The Recommend panel: the configurations that fit this model on these GPUs, ranked, each with "use this". */
-export function RecommendPanel({ plan, onUse }: { plan: Plan | null; onUse: (p: Plan) => void }) {
+export function RecommendPanel({ plan, defaults, onUse }: {
+  plan: Plan | null; defaults: Record<string, Record<string, unknown>>; onUse: (p: Plan) => void;
+}) {
   const [longest, setLongest] = useState(false);
+  const [vary, setVary] = useState(true);
   const [answer, setAnswer] = useState<Recommend | null>(null);
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState("");
@@ -33,7 +52,7 @@ export function RecommendPanel({ plan, onUse }: { plan: Plan | null; onUse: (p: 
     setBusy(true);
     setError("");
     try {
-      setAnswer(await api.recommend(searchFrom(plan), longest));
+      setAnswer(await api.recommend(searchFrom(plan, defaults, vary), longest));
     } catch (e) {
       setError((e as Error).message);
     }
@@ -46,13 +65,18 @@ export function RecommendPanel({ plan, onUse }: { plan: Plan | null; onUse: (p: 
         <span className="buttons">
           <label className="switch"><input type="checkbox" data-testid="recommend-longest" checked={longest}
             onChange={(e) => setLongest(e.target.checked)} />longest seq_len</label>
+          <label className="switch" title="sp, dp, ZeRO stage, offload, checkpointing, tiling, Liger, attention and micro batch">
+            <input type="checkbox" data-testid="recommend-vary" checked={vary}
+              onChange={(e) => setVary(e.target.checked)} />vary layout and savers</label>
           <button type="button" data-testid="recommend-run" disabled={!plan || busy} onClick={run}>
             {busy ? "searching…" : "Recommend"}
           </button>
         </span>
       </div>
-      <div className="muted">Searches sp, dp, ZeRO stage, offload, checkpointing, tiling, Liger, attention and micro batch
-        for this model and these GPUs at {plan ? fmtSeq(plan.training.seq_len) : "–"} tokens{longest ? " (or longer)" : ""}.</div>
+      <div className="muted">{vary ? "Searches sp, dp, ZeRO stage, offload, checkpointing, tiling, Liger, attention and micro batch"
+        : "Keeps the layout and the savers you chose"} for this model and these GPUs at {plan ? fmtSeq(plan.training.seq_len) : "–"} tokens{longest ? " (or longer)" : ""};
+        the other fields you set (grad accumulation, dtype, …) stay as they are. Options that fit at the high end of
+        their range come before those that may not fit.</div>
       {error ? <div className="field-error">{error}</div> : null}
       {answer ? (
         <div data-testid="recommendations">
@@ -81,8 +105,9 @@ function RecCard({ rec, i, onUse }: { rec: Recommendation; i: number; onUse: (p:
   const p = rec.plan as Plan;
   const m = rec.estimate.memory;
   const t = rec.estimate.throughput;
+  const badge = m ? verdictBadge(m) : null;
   return (
-    <li className="rec" data-testid={`recommendation-${i}`}>
+    <li className="rec" data-testid={`recommendation-${i}`} data-verdict={m?.verdict}>
       <div className="row-between">
         <b>{planSummary(p)}</b>
         <button type="button" data-testid={`use-recommendation-${i}`} onClick={() => onUse(p)}>use this</button>
@@ -91,6 +116,9 @@ function RecCard({ rec, i, onUse }: { rec: Recommendation; i: number; onUse: (p:
         <span>seq_len <b>{fmtSeq(p.training.seq_len)}</b></span>
         <span>tokens/s <b data-testid={`rec-tps-${i}`}>{fmtNum(t?.tokens_per_s)}</b></span>
         <span>per GPU <b>{fmtGiB(m?.device_total_gib)}</b> of {fmtGiB(m?.gpu_capacity_gib)}</span>
+        {m && badge ? <span className={`badge ${badge.cls}`} data-testid={`rec-verdict-${i}`}>{verdictWords(m)}</span> : null}
+        {m ? <span data-testid={`rec-headroom-${i}`}>headroom <b>{m.headroom_gib_range[0].toFixed(1)}–{m.headroom_gib_range[1].toFixed(1)} GiB</b>
+          {" "}({m.headroom_pct_range[0].toFixed(0)}–{m.headroom_pct_range[1].toFixed(0)}%)</span> : null}
       </div>
       <ul className="reasons">{rec.reasons.map((r, j) => <li key={j}>{r}</li>)}</ul>
     </li>
@@ -163,7 +191,7 @@ export function SpMethodsPanel({ plan }: { plan: Plan | null }) {
                   <td>{o.method}</td><td>{o.ulysses_degree} × {o.ring_degree}</td>
                   {o.valid ? (
                     <>
-                      <td>{fmtGiB(o.device_total_gib)}{o.fits ? "" : " (does not fit)"}</td>
+                      <td>{fmtGiB(o.device_total_gib)}{o.device_total_gib_range ? ` (${o.device_total_gib_range[0].toFixed(0)}–${o.device_total_gib_range[1].toFixed(0)})` : ""}{o.verdict === "fits" ? "" : o.verdict === "tight" ? " may not fit" : " does not fit"}</td>
                       <td>{fmtNum(o.comm_gb_per_step)} GB</td><td>{o.step_time_s?.toPrecision(4)} s</td><td>{fmtNum(o.tokens_per_s)}</td>
                     </>
                   ) : <td colSpan={4} className="muted">{o.why_not}</td>}

@@ -118,7 +118,8 @@ function PlannerPage({ defaults, initial }: { defaults: PlanDefaults; initial: L
   const showEst = est && est.valid && built.plan ? est : null;
   // "use this" / "apply": the plan goes into the form (the run section the form holds stays)
   const usePlan = (p: Plan) => onLoad({ ...planToForm(p, defaults), run: null });
-  const overflows = Boolean(showEst?.memory && (!showEst.memory.fits || !showEst.memory.cpu_fits) && !pending);
+  // the fix panel aims for the verdict "fits": it shows whenever the range's high end does not fit
+  const overflows = Boolean(showEst?.memory && (showEst.memory.verdict !== "fits" || !showEst.memory.cpu_fits) && !pending);
 
   return (
     <div className="planner">
@@ -143,7 +144,7 @@ function PlannerPage({ defaults, initial }: { defaults: PlanDefaults; initial: L
             <ThroughputFigures est={showEst} />
           </div>
         ) : null}
-        <RecommendPanel plan={built.plan} onUse={usePlan} />
+        <RecommendPanel plan={built.plan} defaults={defaults.defaults} onUse={usePlan} />
         <SpMethodsPanel plan={valid ? built.plan : null} />
         {sweep ? (
           <SweepView sweep={sweep} currentSp={built.plan?.parallel?.sp_size ?? 0}

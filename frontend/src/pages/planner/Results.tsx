@@ -1,5 +1,6 @@
 import type { Estimate } from "../../lib/api";
 import { fmtGiB, fmtNum } from "../../lib/format";
+import { rangeText, verdictBadge, verdictWords } from "../../lib/verdict";
 
 const COLORS: Record<string, string> = {
   params: "#2563eb",
@@ -18,14 +19,20 @@ export function BreakdownBar({ est }: { est: Estimate }) {
   const m = est.memory;
   if (!m) return null;
   const entries = Object.entries(m.breakdown_gib).filter(([, v]) => v > 0);
-  const scale = Math.max(m.gpu_capacity_gib, m.device_total_gib, m.peak_allocated_gib) * 1.02;
+  const scale = Math.max(m.gpu_capacity_gib, m.device_total_gib, m.peak_allocated_gib, m.device_total_gib_range[1]) * 1.02;
   const pct = (v: number) => `${(100 * v) / scale}%`;
   const extra = Math.max(0, m.device_total_gib - m.peak_allocated_gib);
+  const badge = verdictBadge(m);
+  const [lo, hi] = m.device_total_gib_range;
   return (
     <div className="card">
       <div className="row-between">
         <h3>Per-GPU memory</h3>
-        <span className={`badge ${m.fits ? "ok" : "bad"}`} data-testid="est-fits">{m.fits ? "fits" : "does not fit"}</span>
+        <span className={`badge ${badge.cls}`} data-testid="est-fits" data-verdict={m.verdict}>{badge.text}</span>
+      </div>
+      <div className={`verdict ${badge.cls}`} data-testid="est-verdict" data-low={lo} data-high={hi}>
+        {verdictWords(m)} <span className="muted small">(device total {rangeText(m.device_total_gib_range, (v) => v.toFixed(1))} GiB:
+          the range of published measurements in this regime)</span>
       </div>
       <div
         className="bar"
@@ -40,6 +47,8 @@ export function BreakdownBar({ est }: { est: Estimate }) {
             style={{ width: pct(v), background: color(k, i) }} title={`${k}: ${fmtGiB(v)}`} />
         ))}
         {extra > 0 ? <div className="bar-seg hatched" style={{ width: pct(extra) }} title={`allocator cache, CUDA context, NCCL: ${fmtGiB(extra)}`} /> : null}
+        <div className="bar-band" data-testid="est-band" style={{ left: pct(Math.min(lo, scale)), width: pct(Math.max(0, Math.min(hi, scale) - Math.min(lo, scale))) }}
+          title={`range of the device total: ${fmtGiB(lo)} to ${fmtGiB(hi)}`} />
         <div className="bar-cap" style={{ left: pct(m.gpu_capacity_gib) }} title={`capacity ${fmtGiB(m.gpu_capacity_gib)}`} />
       </div>
       <div className="bar-axis muted">
@@ -55,6 +64,7 @@ export function BreakdownBar({ est }: { est: Estimate }) {
       <div className="figures">
         <Figure label="peak allocated" value={fmtGiB(m.peak_allocated_gib)} testid="est-peak" />
         <Figure label="device total (nvidia-smi)" value={fmtGiB(m.device_total_gib)} testid="est-device-total" />
+        <Figure label="headroom" value={`${rangeText(m.headroom_gib_range, (v) => v.toFixed(1))} GiB`} testid="est-headroom" bad={m.verdict !== "fits"} />
         <Figure label="CPU memory / node" value={fmtGiB(m.cpu_gib_per_node)} testid="est-cpu-mem" bad={!m.cpu_fits} />
       </div>
     </div>
@@ -78,10 +88,12 @@ export function ThroughputFigures({ est }: { est: Estimate }) {
       <h3>Throughput</h3>
       <div className="figures">
         <Figure label="tokens/s (job)" value={fmtNum(t.tokens_per_s)} testid="est-tokens-per-s" />
+        <Figure label="tokens/s range" value={rangeText(t.tokens_per_s_range, (v) => fmtNum(v))} testid="est-tokens-per-s-range" />
         <Figure label="tokens/s per GPU" value={fmtNum(t.tokens_per_s_per_gpu)} testid="est-tokens-per-s-per-gpu" />
         <Figure label="TFLOPS / GPU" value={fmtNum(t.tflops_per_gpu)} testid="est-tflops" />
         <Figure label="MFU" value={`${(100 * t.mfu).toFixed(1)}%`} testid="est-mfu" />
         <Figure label="step time" value={`${fmtNum(t.step_time_s, 2)} s`} testid="est-step-time" />
+        <Figure label="step time range" value={`${rangeText(t.step_time_s_range, (v) => fmtNum(v, 2))} s`} testid="est-step-time-range" />
       </div>
       {t.time_breakdown_s ? (
         <ul className="legend small">

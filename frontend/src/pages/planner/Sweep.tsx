@@ -35,20 +35,20 @@ export function SweepView({ sweep, currentSp, onPick }: {
       <div className="card">
         <h3>Max context that fits on these GPUs <span className="muted small">(dp follows sp; click a row to use it)</span></h3>
         <table className="table" data-testid="max-context-table">
-          <thead><tr><th>sp_size</th><th>dp_size</th><th>GPUs</th><th>max seq_len</th><th>tokens/s at 64K</th></tr></thead>
+          <thead><tr><th>sp_size</th><th>dp_size</th><th>GPUs</th><th>max seq_len: safe / likely</th><th>tokens/s at 64K</th></tr></thead>
           <tbody>
             {sweep.series.map((s) => {
               const at = sweep.seq_lens.indexOf(65536);
               return (
-                <tr key={s.sp_size} className={`${s.sp_size === currentSp ? "current" : ""} ${onPick && s.max_seq_len ? "pickable" : ""}`}
-                  data-testid={`max-context-sp-${s.sp_size}`} title="use this sp_size and seq_len"
-                  onClick={() => onPick && s.max_seq_len && s.dp_size && onPick(s.sp_size, s.dp_size, s.max_seq_len)}>
+                <tr key={s.sp_size} className={`${s.sp_size === currentSp ? "current" : ""} ${onPick && s.safe_max_seq_len ? "pickable" : ""}`}
+                  data-testid={`max-context-sp-${s.sp_size}`} title="use this sp_size and the safe seq_len"
+                  onClick={() => onPick && s.safe_max_seq_len && s.dp_size && onPick(s.sp_size, s.dp_size, s.safe_max_seq_len)}>
                   <td>{s.sp_size}</td>
                   <td>{s.dp_size ?? "–"}</td>
                   <td>{s.gpus ?? "–"}</td>
-                  <td data-seq={s.max_seq_len ?? 0}>
+                  <td data-seq={s.max_seq_len ?? 0} data-safe-seq={s.safe_max_seq_len ?? 0}>
                     {s.valid === false ? <span className="muted">{s.errors?.map((e) => e.message).join("; ") ?? "invalid"}</span>
-                      : s.max_seq_len ? `${fmtSeq(s.max_seq_len)} (${s.max_seq_len.toLocaleString()})` : "does not fit"}
+                      : s.max_seq_len ? `${s.safe_max_seq_len ? fmtSeq(s.safe_max_seq_len) : "none"} / ${fmtSeq(s.max_seq_len)} (${s.max_seq_len.toLocaleString()})` : "does not fit"}
                   </td>
                   <td>{at >= 0 ? fmtNum(s.tokens_per_s[at]) : "–"}</td>
                 </tr>

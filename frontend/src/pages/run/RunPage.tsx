@@ -3,6 +3,7 @@ import { RunActions, StateBadge } from "../../components/RunActions";
 import { api, gpuName, type Fix, type Plan, type Run, type RunEvent } from "../../lib/api";
 import { can, useAuth } from "../../lib/auth";
 import { fmtDuration, fmtGiB, fmtNum, fmtSeq, fmtTime } from "../../lib/format";
+import { rangeText, verdictBadge, verdictWords } from "../../lib/verdict";
 import { navigate } from "../../lib/route";
 import { FixView } from "../planner/Advice";
 import { LOAD_KEY } from "../planner/form";
@@ -177,9 +178,13 @@ function Header({ run, live, lastPointAt, onChange }: { run: Run; live: string; 
         <span>progress <b data-testid="run-progress">{run.last_step ?? 0} / {steps ?? "?"}</b></span>
         {run.device === "cpu" ? null : (<>
           <span data-testid="run-predicted">predicted peak <b>{fmtGiB(mem?.peak_allocated_gib)}</b>
-            {mem && (!mem.fits || !mem.cpu_fits) ? <span className="badge bad" data-testid="run-does-not-fit"> does not fit</span> : null}
+            {mem?.peak_allocated_gib_range ? <span className="muted"> ({rangeText(mem.peak_allocated_gib_range, (v) => v.toFixed(1))} GiB)</span> : null}
+            {mem && (mem.verdict === "does_not_fit" || !mem.cpu_fits) ? <span className="badge bad" data-testid="run-does-not-fit"> does not fit</span> : null}
           </span>
-          <span>predicted tokens/s <b>{fmtNum(run.estimate?.throughput?.tokens_per_s)}</b></span>
+          {mem?.verdict ? <span data-testid="run-verdict" data-verdict={mem.verdict}>
+            <span className={`badge ${verdictBadge(mem).cls}`}>{verdictWords(mem)}</span></span> : null}
+          <span>predicted tokens/s <b>{fmtNum(run.estimate?.throughput?.tokens_per_s)}</b>
+            {run.estimate?.throughput?.tokens_per_s_range ? <span className="muted" data-testid="run-tps-range"> ({rangeText(run.estimate.throughput.tokens_per_s_range, (v) => fmtNum(v))})</span> : null}</span>
         </>)}
       </div>
       <div className="kv muted">

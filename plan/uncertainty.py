@@ -1,0 +1,55 @@
+"""How sure an estimate is: bands from the validation corpus's residuals, per regime.
+
+The table plan/data/uncertainty_bands.csv is written by `bench/planner_bands.py` from the residuals
+log(published / predicted) of bench/data/published_corpus.csv (leave-one-source-out: the band of a regime is the
+envelope of the bands each fold builds without one publication, and the bench prints how often the held-out
+publication's rows fell inside). This module only reads the table: the planner stays a pure function.
+
+A band (low, high) in log space turns a point x into [x e^low, x e^high]. Memory bands multiply allocated,
+reserved and device totals alike; time bands the step time (tokens/s takes the inverse).
+"""
+from __future__ import annotations
+
+import csv
+import math
+from functools import lru_cache
+from pathlib import Path
+
+BANDS_CSV = Path(__file__).resolve().parent / "data" / "uncertainty_bands.csv"
+# A regime with fewer rows or publications than this borrows the pooled band of that kind ("all", see
+# bench/planner_bands.py).
+MIN_ROWS, MIN_SOURCES = 3, 2
+
+
+@lru_cache(maxsize=1)
+def bands() -> dict[tuple[str, str], tuple[float, float]]:
+    with open(BANDS_CSV, newline="") as f:
+        rows = list(csv.DictReader(line for line in f if not line.startswith("#") and line.strip()))
+    return {(r["regime"], r["kind"]): (float(r["low"]), float(r["high"])) for r in rows}
+
+
+def regime(spec, kind: str, method: str = "ulysses") -> str:
+    """The corpus regime an estimate belongs to: ring for ring/hybrid attention; offload when anything moves to
+    the host; else ulysses (Ulysses/DP on DeepSpeed ZeRO). A stated `document_len` is an estimate like any other
+    (the corpus's packed rows, of unknown document length, check the bands but do not make them)."""
+    if method != "ulysses":
+        return "ring"
+    if spec.offload_optimizer or spec.offload_params or spec.checkpoint_offload:
+        return "offload"
+    return "ulysses"
+
+
+def band(spec, kind: str, method: str = "ulysses") -> tuple[float, float]:
+    b = bands()
+    return b.get((regime(spec, kind, method), kind)) or b[("all", kind)]
+
+
+def scaled(x: float, b: tuple[float, float], nd: int = 3) -> list[float]:
+    return [round(x * math.exp(b[0]), nd), round(x * math.exp(b[1]), nd)]
+
+
+def verdict(low: float, high: float, capacity: float) -> str:
+    """fits: the high end fits; tight: only the low end does; does_not_fit: not even the low end."""
+    if high <= capacity:
+        return "fits"
+    return "tight" if low <= capacity else "does_not_fit"
