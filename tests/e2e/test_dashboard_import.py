@@ -35,7 +35,8 @@ def test_paste_the_guide_setup(api_server):
         path = screenshot(page, "dashboard-planner-import")
         assert path.stat().st_size > 10_000
         # the panel alone: docs/screenshots/import-setup.png is a copy of it
-        page.locator("[data-testid=import-setup]").screenshot(path=str(ARTIFACTS / "dashboard-planner-import-panel.png"))
+        panel = ARTIFACTS / "dashboard-planner-import-panel.png"
+        page.locator("[data-testid=import-setup]").screenshot(path=str(panel))
         page.click("[data-testid=import-load]")  # the imported plan becomes the form's
         page.wait_for_function("() => document.querySelector('[data-testid=input-num_nodes]')?.value === '4'")
 
