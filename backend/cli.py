@@ -151,12 +151,23 @@ def serve(
     workers: int = typer.Option(1, "--workers", min=1, max=64, help="API processes (uvicorn workers)."),
 ) -> None:
     """Start the API and dashboard."""
+    import os
+    import shutil
+
     import uvicorn
 
     if migrate_first:
         from backend.core.db import upgrade_database
 
         upgrade_database()
+    if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        # several processes: each writes its counters to files there and GET /metrics sums them (prometheus-client)
+        from backend.core.settings import get_settings
+
+        shared = get_settings().home / "prometheus"
+        shutil.rmtree(shared, ignore_errors=True)  # the counters of a previous server are not this one's
+        shared.mkdir(parents=True)
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(shared)
     uvicorn.run("backend.main:app", host=host, port=port, log_level="info", workers=workers)
 
 

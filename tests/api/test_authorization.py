@@ -15,6 +15,7 @@ P = Permission
 OPEN = None  # no token needed
 ACCESS: dict[tuple[str, str], Permission | None] = {
     ("GET", "/api/health"): OPEN,
+    ("GET", "/metrics"): P.READ,
     ("POST", "/api/session"): OPEN,
     ("DELETE", "/api/session"): OPEN,
     ("GET", "/api/session"): P.READ,
