@@ -2,6 +2,7 @@
 while a browser-like client follows its live stream: what Prometheus (docker-compose.yml) would read."""
 from __future__ import annotations
 
+import json
 import time
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -34,3 +35,23 @@ def test_the_stack_is_scraped_with_a_stream_open(api, trained_run):
     while sse_clients(api) != idle and time.monotonic() < deadline:  # the server sees the disconnect
         time.sleep(0.1)
     assert sse_clients(api) == idle
+
+
+def test_the_worker_mirrors_the_trained_run_to_tensorboard(stack, api, trained_run):
+    """The shared trained run asks for `report_to: ["tensorboard"]`: the worker that ran it forwards what the API
+    stored, every step once, in order, and marks the tracker done once the final state went."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from tests.conftest import TRAINED_STEPS
+
+    run_dir = stack.home / "runs" / f"run-{trained_run['id']}"
+    state = run_dir / "trackers.json"
+    deadline = time.monotonic() + 60
+    while not (state.is_file() and json.loads(state.read_text())["tensorboard"]["done"]):
+        assert time.monotonic() < deadline, state.read_text() if state.is_file() else "no trackers.json"
+        time.sleep(0.2)
+    acc = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"tensors": 0})
+    acc.Reload()
+    assert [e.step for e in acc.Tensors("loss")] == list(range(1, TRAINED_STEPS + 1))
+    stored = api.get(f"/api/runs/{trained_run['id']}/metrics", params={"name": "loss"}).json()["series"][0]
+    assert stored["step"] == list(range(1, TRAINED_STEPS + 1))
