@@ -202,7 +202,6 @@ class Forwarder:
     _wait: dict[str, float] = field(default_factory=dict)
     _next: dict[str, float] = field(default_factory=dict)
     _thread: threading.Thread | None = None
-    _stop: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         path = self.cfg.run_dir / STATE_FILE
@@ -248,22 +247,17 @@ class Forwarder:
 
     def start(self, interval_s: float = 5.0) -> Forwarder:
         def loop() -> None:
-            while not self._stop.is_set():
+            while True:
                 try:
                     if self.pump():
                         return
                 except Exception:  # noqa: BLE001 - the database may be briefly away
                     log.exception("run %s: forwarding to trackers failed", self.cfg.run_id)
-                self._stop.wait(min([interval_s] + [max(0.0, t - time.monotonic()) for t in self._next.values()]))
+                time.sleep(min([interval_s] + [max(0.1, t - time.monotonic()) for t in self._next.values()]))
 
         self._thread = threading.Thread(target=loop, name=f"trackers-{self.cfg.run_id}", daemon=True)
         self._thread.start()
         return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
 
 
 def read_stored(run_id: int) -> Callable[[int], Stored]:

@@ -78,7 +78,16 @@ class MlflowServer:
         self.uri = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
 
-    def start(self) -> None:
+    def start(self) -> MlflowServer:
+        self.launch()
+        self.wait()
+        return self
+
+    def wait(self) -> None:
+        assert self.proc is not None
+        wait_http(f"{self.uri}/health", 120, self.proc, self.home / "mlflow.log")
+
+    def launch(self) -> MlflowServer:
         mlflow = Path(sys.executable).parent / "mlflow"
         env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}  # no job-runner processes: not needed
         self.proc = subprocess.Popen(
@@ -86,7 +95,7 @@ class MlflowServer:
              "127.0.0.1", "--port", str(self.port), "--workers", "1", "--default-artifact-root",
              str(self.home / "artifacts")], stdout=(self.home / "mlflow.log").open("a"), stderr=subprocess.STDOUT,
             env=env, start_new_session=True)
-        wait_http(f"{self.uri}/health", 120, self.proc, self.home / "mlflow.log")
+        return self
 
     def stop(self) -> None:
         if self.proc is not None:  # the server and its uvicorn worker: its own process group
@@ -147,38 +156,6 @@ class Link:
                     s.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
-
-
-def test_mlflow_gets_every_step_once_in_order_after_an_outage(client, tokens, tmp_path):
-    from mlflow.tracking import MlflowClient
-
-    server = MlflowServer(tmp_path)
-    server.start()
-    link = Link(server.port)
-    link.up()
-    try:
-        run_id = run_with_outage(client, tokens, tmp_path, "mlflow", link.down, link.up,
-                                 uri=f"http://127.0.0.1:{link.port}")
-        c = MlflowClient(tracking_uri=server.uri)
-        exp = c.get_experiment_by_name("ulab-tests")
-        [run] = c.search_runs([exp.experiment_id], f"tags.`ulab.run_id` = '{run_id}'")
-        for key, value in (("loss", lambda s: 7.0 - 0.1 * s), ("peak_allocated_gib/rank1", lambda s: 2.0 + s)):
-            history = c.get_metric_history(run.info.run_id, key)
-            assert [m.step for m in history] == list(range(1, STEPS + 1)), key
-            assert [m.value for m in history] == pytest.approx([value(s) for s in range(1, STEPS + 1)])
-        assert run.data.params["plan.training.seq_len"] == "512"  # the plan as params
-        assert run.data.params["plan.run.report_to"] == '["mlflow"]'
-        estimate = client.get(f"/api/runs/{run_id}", headers=as_role(client, tokens, "admin")).json()["estimate"]
-        memory = estimate["memory"]
-        assert run.data.params["estimate.device_total_gib"] == str(memory["device_total_gib"])  # the estimate
-        if "device_total_gib_range" in memory:  # and its range
-            low, high = memory["device_total_gib_range"]
-            params = run.data.params
-            assert (params["estimate.device_total_gib_low"], params["estimate.device_total_gib_high"]) == \
-                (str(low), str(high))
-        assert run.data.tags["ulab.state"] == "succeeded" and run.info.status == "FINISHED"
-    finally:
-        server.stop()
 
 
 def test_tensorboard_gets_every_step_once_in_order_after_an_outage(client, tokens, tmp_path):
@@ -271,3 +248,48 @@ def test_wandb_offline_gets_every_step_once_in_order_after_an_outage(client, tok
     assert [values["loss"] for _, values in history] == pytest.approx([7.0 - 0.1 * s for s in range(1, STEPS + 1)])
     assert [values["peak_allocated_gib/rank1"] for _, values in history] == \
         pytest.approx([2.0 + s for s in range(1, STEPS + 1)])
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    """Launched when the module starts (its start takes ~30 s here), used by the last test."""
+    server = MlflowServer(tmp_path_factory.mktemp("mlflow")).launch()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(autouse=True)
+def _mlflow_starting(mlflow_server):
+    """Every test of the module asks for the server, so it starts with the first one."""
+
+
+def test_mlflow_gets_every_step_once_in_order_after_an_outage(client, tokens, tmp_path, mlflow_server):
+    from mlflow.tracking import MlflowClient
+
+    server = mlflow_server
+    server.wait()
+    link = Link(server.port)
+    link.up()
+    try:
+        run_id = run_with_outage(client, tokens, tmp_path, "mlflow", link.down, link.up,
+                                 uri=f"http://127.0.0.1:{link.port}")
+        c = MlflowClient(tracking_uri=server.uri)
+        exp = c.get_experiment_by_name("ulab-tests")
+        [run] = c.search_runs([exp.experiment_id], f"tags.`ulab.run_id` = '{run_id}'")
+        for key, value in (("loss", lambda s: 7.0 - 0.1 * s), ("peak_allocated_gib/rank1", lambda s: 2.0 + s)):
+            history = c.get_metric_history(run.info.run_id, key)
+            assert [m.step for m in history] == list(range(1, STEPS + 1)), key
+            assert [m.value for m in history] == pytest.approx([value(s) for s in range(1, STEPS + 1)])
+        assert run.data.params["plan.training.seq_len"] == "512"  # the plan as params
+        assert run.data.params["plan.run.report_to"] == '["mlflow"]'
+        estimate = client.get(f"/api/runs/{run_id}", headers=as_role(client, tokens, "admin")).json()["estimate"]
+        memory = estimate["memory"]
+        assert run.data.params["estimate.device_total_gib"] == str(memory["device_total_gib"])  # the estimate
+        if "device_total_gib_range" in memory:  # and its range
+            low, high = memory["device_total_gib_range"]
+            params = run.data.params
+            assert (params["estimate.device_total_gib_low"], params["estimate.device_total_gib_high"]) == \
+                (str(low), str(high))
+        assert run.data.tags["ulab.state"] == "succeeded" and run.info.status == "FINISHED"
+    finally:
+        link.down()
