@@ -139,15 +139,21 @@ class WandbSink:
 
     def __init__(self, cfg: TrackerConfig, state: dict):
         self.cfg, self.state = cfg, state
+        self.opened = 0
 
     def send(self, stored: Stored, first: bool) -> None:
         import wandb
 
         self.cfg.wandb_dir.mkdir(parents=True, exist_ok=True)
+        # W&B names an offline run's directory by the second it opened (offline-run-YYYYmmdd_HHMMSS-<id>): two rounds
+        # in one second would write the same files, so a round waits for the next second (this thread only)
+        while int(time.time()) == self.opened:
+            time.sleep(1.0 - time.time() % 1.0 + 0.01)
         run = wandb.init(project=self.cfg.project, id=f"ulab-run-{self.cfg.run_id}", name=f"ulab-run-{self.cfg.run_id}",
                          dir=str(self.cfg.wandb_dir), resume="allow", reinit="create_new",
                          config={**flat("plan", stored.plan), **estimate_params(stored.estimate)} if first else None,
                          settings=wandb.Settings(silent=True, console="off", x_disable_stats=True))
+        self.opened = int(time.time())
         try:
             for step, values in stored.steps:
                 run.log(values, step=step)
@@ -156,6 +162,7 @@ class WandbSink:
                 run.tags = tuple(sorted(set(run.tags or ()) | {f"alert:{k}" for k in stored.alerts}))
         finally:
             run.finish(exit_code=0 if stored.state == "succeeded" or not stored.ended else 1)
+            wandb.teardown()  # waits for W&B's core process to have written the round: only then is it sent
 
 
 class TensorBoardSink:
