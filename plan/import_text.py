@@ -48,7 +48,7 @@ def parse_yaml(text: str, name: str) -> dict:
     return data
 
 
-def _value(text: str | bool) -> Any:
+def typed_value(text: str | bool) -> Any:
     """A command-line value as HfArgumentParser would type it: bools, ints, floats, else the string."""
     if isinstance(text, bool):
         return text
@@ -80,13 +80,13 @@ def _options(tokens: list[str], flags: frozenset[str]) -> tuple[dict[str, Any], 
         tok = tokens[i]
         if "=" in tok:
             k, v = tok.split("=", 1)
-            out[k.lstrip("-").replace("-", "_")] = _value(v)
+            out[k.lstrip("-").replace("-", "_")] = typed_value(v)
         elif tok in flags or i + 1 >= len(tokens):
             out[tok.lstrip("-").replace("-", "_")] = True
             if tok in ("-m", "--module"):
                 return out, tokens[i + 1:]
         else:
-            out[tok.lstrip("-").replace("-", "_")] = _value(tokens[i + 1])
+            out[tok.lstrip("-").replace("-", "_")] = typed_value(tokens[i + 1])
             i += 1
         i += 1
     return out, tokens[i:]
@@ -100,9 +100,9 @@ def _script_args(tokens: list[str]) -> dict[str, Any]:
         if tok.startswith("--"):
             if "=" in tok:
                 k, v = tok[2:].split("=", 1)
-                out[k] = _value(v)
+                out[k] = typed_value(v)
             elif i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
-                out[tok[2:]] = _value(tokens[i + 1])
+                out[tok[2:]] = typed_value(tokens[i + 1])
                 i += 1
             else:
                 out[tok[2:]] = True

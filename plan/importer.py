@@ -23,7 +23,7 @@ from . import catalog
 from . import import_keys as K
 from .errors import FieldError, error
 from .estimator import estimate
-from .import_text import InputError, Launch, parse_json, parse_launch, parse_yaml
+from .import_text import InputError, Launch, typed_value, parse_json, parse_launch, parse_yaml
 from .validation import validate
 
 DEFAULT_GPU = "H100-80GB"
@@ -247,11 +247,11 @@ def import_setup(ds_config: dict | None = None, launch: str | Launch | None = No
         node_gpus = DEFAULT_GPUS_PER_NODE
         r.defaults.append(error("hardware.gpus_per_node", f"{node_gpus} GPUs per node (give the node's count)"))
     per_node, nodes, label = _layout(r, run, acc, node_gpus)
-    sp = r.pick("the sequence-parallel degree", [
+    sp = count(r, "sequence_parallel_size", r.pick("the sequence-parallel degree", [
         ("sequence_parallel_size", ds.get("sequence_parallel_size")),
         ("parallelism_config.parallelism_config_sp_size", acc_par.get("parallelism_config_sp_size")),
         ("--parallelism_config_sp_size", lo.get("parallelism_config_sp_size")),
-    ]) or 1
+    ]), 1)
     backend = acc_par.get("parallelism_config_sp_backend", lo.get("parallelism_config_sp_backend"))
     if sp > 1 and backend is not None and backend != "deepspeed":
         r.errors.append(error("parallelism_config.parallelism_config_sp_backend", f"{backend!r} with sp_size {sp}: "
@@ -301,8 +301,11 @@ def import_setup(ds_config: dict | None = None, launch: str | Launch | None = No
         r.defaults.append(error("hardware.gpu", f"{gpu} (give the GPU the job runs on)"))
     training: dict[str, Any] = {
         "micro_batch_size": micro, "grad_accum": accum, "dtype": dtype, "zero_stage": stage,
-        "offload_optimizer": bool(off_opt), "offload_params": bool(off_par), "activation_checkpointing": bool(ckpt),
-        "attn_implementation": attn, "max_grad_norm": float(clip), "liger_kernel": bool(liger)}
+        "offload_optimizer": bool(off_opt), "offload_params": bool(off_par),
+        "activation_checkpointing": bool(ckpt) if ckpt is None or isinstance(ckpt, bool) else ckpt,
+        "attn_implementation": attn, "liger_kernel": liger,
+        # a number as the plan's float; anything else as given, for the plan's own check to name
+        "max_grad_norm": float(clip) if isinstance(clip, int | float) and not isinstance(clip, bool) else clip}
     if seq is not None:
         training["seq_len"] = seq
     data = {"model": model, "hardware": {"gpu": gpu, "gpus_per_node": per_node, "num_nodes": nodes},
@@ -314,25 +317,38 @@ def import_setup(ds_config: dict | None = None, launch: str | Launch | None = No
             "estimate": estimate(data)}
 
 
+def count(r: _Report, field: str, value: Any, fallback: int) -> int:
+    """A count of GPUs, nodes, processes or the SP degree: a whole number from 1 to 65536, else an error naming
+    the field (and `fallback` for the rest of the import)."""
+    if value is None:
+        return fallback
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65536:
+        r.errors.append(error(field, f"must be a whole number from 1 to 65536, got {value!r}"))
+        return fallback
+    return value
+
+
 def _layout(r: _Report, run: Launch | None, acc: dict, node_gpus: int) -> tuple[int, int, str]:
     """(ranks per node, nodes, the option that said so) from the launcher and the Accelerate config."""
     o = run.options if run else {}
     launcher = run.launcher if run else None
     if launcher == "deepspeed":
-        nodes = int(o.get("num_nodes", 1))
-        per = o.get("num_gpus")
-        if per is None:
+        nodes = count(r, "--num_nodes", o.get("num_nodes"), 1)
+        if o.get("num_gpus") is None:
             r.defaults.append(error("--num_gpus", f"not set: every GPU of the node ({node_gpus})"))
-        return int(per if per is not None else node_gpus), nodes, "deepspeed"
+        return count(r, "--num_gpus", o.get("num_gpus"), node_gpus), nodes, "deepspeed"
     if launcher == "torchrun":
-        per = o.get("nproc_per_node", 1)
-        per = node_gpus if per in ("gpu", "auto") else int(per)
-        nnodes = str(o.get("nnodes", 1)).split(":")[-1]
-        return per, int(nnodes), "torchrun"
+        per = o.get("nproc_per_node")
+        per = node_gpus if per in ("gpu", "auto") else count(r, "--nproc_per_node", per, 1)
+        nnodes = o.get("nnodes")
+        if isinstance(nnodes, str) and ":" in nnodes:  # an elastic range min:max: the most nodes it may use
+            nnodes = typed_value(nnodes.split(":")[-1])
+        return per, count(r, "--nnodes", nnodes, 1), "torchrun"
     total = r.pick("the number of processes", [("--num_processes", o.get("num_processes")),
                                                ("num_processes", acc.get("num_processes"))])
-    machines = r.pick("the number of machines", [("--num_machines", o.get("num_machines")),
-                                                 ("num_machines", acc.get("num_machines"))]) or 1
+    machines = count(r, "num_machines", r.pick("the number of machines", [
+        ("--num_machines", o.get("num_machines")), ("num_machines", acc.get("num_machines"))]), 1)
+    total = None if total is None else count(r, "num_processes", total, machines)
     if total is None:
         if launcher == "python":
             return 1, 1, "python"

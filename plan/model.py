@@ -217,7 +217,7 @@ class RunSection(Section):
                                                                           "seconds while the run is running")
     stop_on_stall: bool = Field(False, description="Stop the run (with a checkpoint) when no step arrives")
     # Mirrors of the run in the user's own tracker (worker/trackers.py forwards what the API stored).
-    report_to: list[Tracker] = Field(default_factory=list, max_length=3, description="Trackers the worker mirrors "
+    report_to: list[Tracker] = Field([], max_length=3, description="Trackers the worker mirrors "
                                      "the run to: its metrics, the plan as params, the estimate, alerts as tags")
     tracker_uri: str | None = Field(None, min_length=1, max_length=2048, description="MLflow tracking URI "
                                     "(absent: ULAB_MLFLOW_TRACKING_URI)")

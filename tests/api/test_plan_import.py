@@ -30,3 +30,11 @@ def test_malformed_text_is_a_422_naming_the_line(client, tokens):
     r = client.post("/api/plans/import", json={"launch": "srun x.py"}, headers=viewer)
     assert r.status_code == 422 and r.json()["detail"][0]["field"] == "launch"
     assert client.post("/api/plans/import", json={}, headers=viewer).status_code == 422
+
+
+def test_plan_defaults_answer_with_the_tracker_fields(client, tokens):
+    """run.report_to's default is a list: GET /api/plans/defaults answers it (a default_factory made it a 500)."""
+    r = client.get("/api/plans/defaults", headers=as_role(client, tokens, "viewer"))
+    assert r.status_code == 200, r.text
+    assert r.json()["defaults"]["run"]["report_to"] == []
+    assert r.json()["choices"]["run.report_to"] == ["mlflow", "wandb", "tensorboard"]

@@ -151,3 +151,34 @@ def test_launch_lines_of_each_launcher():
     assert run.script_args == {"bf16": True, "max_seq_length": 4096}
     with pytest.raises(importer.InputError):
         importer.parse_launch("srun train.py")
+
+
+ODD = [None, "x", "auto", -1, 0, 2.5, 10**12, True, [], {}, {"device": 7}]
+DS_PATHS = [("zero_optimization", "stage"), ("zero_optimization", "offload_optimizer"), ("zero_optimization",
+            "offload_param"), ("zero_optimization", "cpu_offload"), ("bf16", "enabled"), ("fp16", "enabled"),
+            ("gradient_accumulation_steps",), ("gradient_clipping",), ("train_micro_batch_size_per_gpu",),
+            ("train_batch_size",), ("sequence_parallel_size",), ("zero_optimization",), ("bf16",)]
+LAUNCH = "deepspeed --num_gpus {v} --num_nodes {v} train.py --deepspeed d.json --model_name_or_path {v} " \
+         "--max_seq_length {v} --per_device_train_batch_size {v} --attn_implementation {v} --bf16 {v}"
+
+
+@pytest.mark.parametrize("path", DS_PATHS, ids=".".join)
+def test_odd_values_anywhere_are_errors_never_a_crash(path):
+    for value in ODD:
+        ds: dict = {"zero_optimization": {"stage": 3}}
+        node = ds
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+        node[path[-1]] = value
+        r = importer.import_setup(ds, "deepspeed --num_gpus 8 train.py --deepspeed d.json --model_name_or_path "
+                                      "Qwen/Qwen3-4B --max_seq_length 4096")
+        assert set(r) == {"plan", "warnings", "errors", "defaults", "estimate"}, (path, value)
+
+
+@pytest.mark.parametrize("value", ["x", "0", "-3", "1:x", "99999999", "auto", "''"])
+def test_odd_launch_values_are_errors_never_a_crash(value):
+    for line in (LAUNCH.format(v=value), f"torchrun --nproc_per_node {value} --nnodes {value} t.py",
+                 f"accelerate launch --num_processes {value} --num_machines {value} t.py "
+                 f"--parallelism_config_sp_size {value}"):
+        r = importer.import_setup({"zero_optimization": {"stage": 3}}, line)
+        assert r["errors"], line
