@@ -23,7 +23,7 @@ from . import catalog
 from . import import_keys as K
 from .errors import FieldError, error
 from .estimator import estimate
-from .import_text import InputError, Launch, typed_value, parse_json, parse_launch, parse_yaml
+from .import_text import InputError, Launch, parse_json, parse_launch, parse_yaml, typed_value
 from .validation import validate
 
 DEFAULT_GPU = "H100-80GB"
