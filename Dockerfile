@@ -51,7 +51,7 @@ COPY scripts/ scripts/
 # compiled now (DS_BUILD_CPU_ADAM=1) rather than on a worker's first offloaded run. liger-kernel: the gpu extra.
 RUN pip list --format=freeze | grep -iE '^(torch|triton|flash[-_]attn|pytorch-triton)==' > /tmp/base-constraints.txt && \
     DS_BUILD_CPU_ADAM=1 pip install --no-build-isolation --ignore-requires-python \
-        -c /tmp/base-constraints.txt -e '.[gpu]'
+        -c /tmp/base-constraints.txt -e '.[gpu,trackers]'
 # the image is only good if the GPU paths import: flash-attn (from the base), Liger, and DeepSpeed's CPU Adam
 RUN python -c "import flash_attn, liger_kernel; from deepspeed.ops.op_builder import CPUAdamBuilder; \
 CPUAdamBuilder().load(); print('flash_attn', flash_attn.__version__)"

@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	# torch first: 2.13.0 is a CPU wheel on this machine's disk; the project's range then installs nothing more.
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,trackers]'
 	rm -f $(VENV)/.installed-* && touch $@
 
 frontend: frontend/dist/index.html

@@ -12,8 +12,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 
 @app.command()
 def plan(
-    json_path: Path = typer.Option(..., "--json", exists=True, dir_okay=False, help="Plan file (plan-v1; a `run` "
-                                   "section is allowed)."),
+    json_path: Path | None = typer.Option(None, "--json", exists=True, dir_okay=False, help="Plan file (plan-v1; a "
+                                          "`run` section is allowed)."),
     max_seq: bool = typer.Option(False, "--max-seq", help="Answer the longest seq_len that fits."),
     effective: bool = typer.Option(False, "--effective", help="Print the validated plan with every default filled."),
     text: bool = typer.Option(False, "--text", help="Print a summary for people instead of the JSON."),
@@ -23,12 +23,29 @@ def plan(
     longest: bool = typer.Option(False, "--longest", help="With --recommend: search for the longest seq_len."),
     fix: bool = typer.Option(False, "--fix", help="Answer the fewest, cheapest changes that make the plan fit."),
     sp_methods: bool = typer.Option(False, "--sp-methods", help="Estimate Ulysses vs ring attention vs a hybrid."),
+    import_path: Path | None = typer.Option(None, "--import", exists=True, dir_okay=False, help="Import a DeepSpeed "
+                                            "config (ds_config.json) instead of a plan file: prints the plan, "
+                                            "warnings, errors, defaults and estimate."),
+    launch: str | None = typer.Option(None, "--launch", help='With --import: the launch line ("deepspeed ...", '
+                                      '"torchrun ...", "accelerate launch ...").'),
+    accelerate_config: Path | None = typer.Option(None, "--accelerate-config", exists=True, dir_okay=False,
+                                                  help="With --import: an Accelerate config YAML."),
+    training_args: Path | None = typer.Option(None, "--training-args", exists=True, dir_okay=False,
+                                              help="With --import: TrainingArguments as JSON."),
+    gpu: str | None = typer.Option(None, "--gpu", help="With --import: the GPU the job runs on (H100-80GB)."),
+    gpus_per_node: int | None = typer.Option(None, "--gpus-per-node", min=1, help="With --import: GPUs per node (8)."),
 ) -> None:
     """Estimate per-GPU memory and throughput for a plan (prints plan-v1 estimate JSON). Exit 1 if the plan is
-    not valid, with every broken field named."""
+    not valid, with every broken field named. With --import, the plan a DeepSpeed setup describes (exit 1 if the
+    setup has errors)."""
     import plan as planner
     from plan.report import text_report
 
+    if import_path is not None:
+        _import(import_path, launch, accelerate_config, training_args, gpu, gpus_per_node)
+    if json_path is None:
+        typer.echo("give --json PLAN or --import DS_CONFIG", err=True)
+        raise typer.Exit(2)
     try:
         data = json.loads(json_path.read_text())
     except json.JSONDecodeError as e:
@@ -61,6 +78,23 @@ def plan(
     else:
         typer.echo(json.dumps(result, indent=1))
     raise typer.Exit(0 if est.get("valid") else 1)
+
+
+def _import(ds_path: Path, launch: str | None, accelerate_path: Path | None, args_path: Path | None,
+            gpu: str | None, gpus_per_node: int | None) -> None:
+    from plan import importer
+
+    try:
+        answer = importer.import_setup(
+            importer.parse_json(ds_path.read_text(), str(ds_path)), launch,
+            importer.parse_yaml(accelerate_path.read_text(), str(accelerate_path)) if accelerate_path else None,
+            importer.parse_json(args_path.read_text(), str(args_path)) if args_path else None,
+            gpu=gpu, gpus_per_node=gpus_per_node)
+    except importer.InputError as e:
+        typer.echo(str(e), err=True)
+        raise typer.Exit(2) from None
+    typer.echo(json.dumps(answer, indent=1))
+    raise typer.Exit(1 if answer["errors"] else 0)
 
 
 @app.command()
@@ -118,12 +152,23 @@ def serve(
     workers: int = typer.Option(1, "--workers", min=1, max=64, help="API processes (uvicorn workers)."),
 ) -> None:
     """Start the API and dashboard."""
+    import os
+    import shutil
+
     import uvicorn
 
     if migrate_first:
         from backend.core.db import upgrade_database
 
         upgrade_database()
+    if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        # several processes: each writes its counters to files there and GET /metrics sums them (prometheus-client)
+        from backend.core.settings import get_settings
+
+        shared = get_settings().home / "prometheus"
+        shutil.rmtree(shared, ignore_errors=True)  # the counters of a previous server are not this one's
+        shared.mkdir(parents=True)
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(shared)
     uvicorn.run("backend.main:app", host=host, port=port, log_level="info", workers=workers)
 
 

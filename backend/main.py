@@ -16,6 +16,8 @@ from backend.core.logs import configure_service_logging
 from backend.core.settings import get_settings
 from backend.executors.base import slurm_configured
 from backend.metrics.router import router as metrics_router
+from backend.monitoring.middleware import RequestLatency
+from backend.monitoring.router import router as monitoring_router
 from backend.plans.router import router as plans_router
 from backend.runs.lifecycle import supervise_forever
 from backend.runs.router import router as runs_router
@@ -61,12 +63,14 @@ def create_app() -> FastAPI:
                   lifespan=lifespan)
     install_error_handlers(app)
     app.add_middleware(RequestLimits)  # body size, UTF-8, finite numbers and depth, before any route reads a body
+    app.add_middleware(RequestLatency)  # every answer timed by route, the limits' refusals included
     app.add_middleware(SecurityHeaders)  # outermost: the limits' own 413/422 answers carry the headers too
     app.include_router(auth_router)
     app.include_router(plans_router)
     app.include_router(runs_router)
     app.include_router(metrics_router)
     app.include_router(calibration_router)
+    app.include_router(monitoring_router)
 
     @app.get("/api/health", tags=["meta"])
     async def health() -> dict:

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 AttnImplementation = Literal["flash_attention_2", "flash_attention_3", "sdpa", "flex_attention", "eager"]
 Dtype = Literal["bf16", "fp16", "fp32"]
 LrScheduler = Literal["constant", "linear", "cosine"]
+Tracker = Literal["mlflow", "wandb", "tensorboard"]
 DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4}
 
 
@@ -215,6 +216,13 @@ class RunSection(Section):
     stall_after_s: float = Field(1800.0, gt=0, le=7 * 86_400, description="Alert when no step arrives for this many "
                                                                           "seconds while the run is running")
     stop_on_stall: bool = Field(False, description="Stop the run (with a checkpoint) when no step arrives")
+    # Mirrors of the run in the user's own tracker (worker/trackers.py forwards what the API stored).
+    report_to: list[Tracker] = Field([], max_length=3, description="Trackers the worker mirrors "
+                                     "the run to: its metrics, the plan as params, the estimate, alerts as tags")
+    tracker_uri: str | None = Field(None, min_length=1, max_length=2048, description="MLflow tracking URI "
+                                    "(absent: ULAB_MLFLOW_TRACKING_URI)")
+    tracker_project: str | None = Field(None, min_length=1, max_length=200, description="MLflow experiment and W&B "
+                                        "project (absent: ULAB_TRACKER_PROJECT)")
     stop_grace_s: float | None = Field(None, gt=0, le=86_400,
                                        description="Seconds a stopped run (SIGTERM) has to save its checkpoint before "
                                                    "SIGKILL; absent: what a ZeRO-3 save of the model needs "

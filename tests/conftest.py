@@ -72,6 +72,7 @@ def trained_run(api, corpus) -> dict:
     row back and scores it by position every 6 steps, and ends with a passkey test of its model (evaluate.py)."""
     run = submit(api, tiny_plan(sp_size=2), {
         "learning_rate": 1e-3, "seed": 0, "data": {"path": str(corpus)}, "eval_rows": 1, "eval_every": 6,
+        "report_to": ["tensorboard"],  # the worker mirrors it to TensorBoard (tests/integration/test_monitoring.py)
         "stages": [{"seq_len": 512, "steps": TRAINED_STEPS},
                    {"kind": "passkey", "seq_len": 512, "lengths": [128, 256, 512], "depths": [0.0, 0.5, 1.0]}],
     }, name="tiny-sp2")

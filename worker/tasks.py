@@ -22,7 +22,7 @@ from backend.runs import transitions
 from backend.runs.models import Run
 from backend.runs.states import RunState
 from plan.launch import stop_grace_s
-from worker import gang
+from worker import gang, trackers
 from worker.celery_app import celery_app
 from worker.process import AttemptProcesses, start_group
 from worker.shipper import MetricShipper
@@ -244,6 +244,9 @@ def supervise(run: Run, settings) -> str:
     with stopped_on_error(procs, settings):
         transitions.start(run.id, run.attempt, str(run_dir))
         shipper = MetricShipper(run_dir, settings.api_url, run.id, worker_token())
+    mirror = trackers.forwarder_for(run.id, run.spec, run_dir, settings)  # run.report_to: its own thread
+    if mirror is not None:
+        mirror.start()  # goes on after the run until every tracker has everything, the final state included
     code, stopped, shipped, left = watch_and_ship(
         procs, shipper, lambda: transitions.heartbeat(run.id, run.attempt, shipper.last_step), settings,
         stop_wait_s(run.spec, settings))

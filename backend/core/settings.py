@@ -50,6 +50,14 @@ class Settings(BaseSettings):
     # A queued run no worker has claimed for this long has its message sent again (the broker may have lost it);
     # the wait doubles after each re-send. A duplicate is harmless: the claim in the database starts a run once.
     resend_after_s: float = 30.0
+    # Trackers a run mirrors to (run.report_to; worker/trackers.py): the MLflow server, the MLflow experiment and W&B
+    # project (run.tracker_uri / run.tracker_project override them), where W&B and TensorBoard files go (empty:
+    # RUN_DIR/wandb, RUN_DIR/tensorboard), and the wait between tries while a tracker is down (doubling up to 60 s).
+    mlflow_tracking_uri: str = ""
+    tracker_project: str = "ulysses-lab"
+    wandb_dir: str = ""
+    tensorboard_dir: str = ""
+    tracker_retry_s: float = 2.0
     # Metrics may still be written this long after a run ended (the worker drains what its trainer wrote last).
     ingest_after_end_s: float = 60.0
     # The address other nodes reach this worker at, for multi-node rendezvous. Empty: the IPv4 address of

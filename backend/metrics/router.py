@@ -12,6 +12,7 @@ from backend.core.db import get_sessionmaker
 from backend.metrics import chart, service
 from backend.metrics.models import MetricPoint
 from backend.metrics.schemas import Accepted, MetricQueryOut, PointsIn
+from backend.monitoring.instruments import POINTS_INGESTED, SSE_CLIENTS
 from backend.runs.schemas import RunOut
 from backend.runs.service import get_run, require_run, require_writable_run
 from backend.runs.states import TERMINAL, RunState
@@ -25,7 +26,9 @@ def ingest(run_id: RowId, body: PointsIn, session: SessionDep, by: Ingester) -> 
     """Store a batch of points; idempotent on (run, rank, step, name), so the worker may resend. A worker writes
     only the runs it claimed; nobody writes a run that ended over a minute ago (409)."""
     require_writable_run(session, run_id, by)
-    return Accepted(accepted=service.ingest(session, run_id, body.points))
+    accepted = service.ingest(session, run_id, body.points)
+    POINTS_INGESTED.inc(accepted)
+    return Accepted(accepted=accepted)
 
 
 @router.get("/metrics/names")
@@ -61,20 +64,26 @@ async def stream(run_id: RowId, request: Request, session: SessionDep, _: Reader
     session.close()
 
     async def events():
-        run, cursor, _ = await run_in_threadpool(_snapshot, run_id, None)
-        last_sent = run
-        yield {"event": "state", "data": json.dumps(run)}
-        while not await request.is_disconnected():
-            run, cursor, points = await run_in_threadpool(_snapshot, run_id, cursor)
-            if points:
-                yield {"event": "metrics", "data": json.dumps({"points": points})}
-            if {k: v for k, v in run.items() if k != "heartbeat_at"} != \
-               {k: v for k, v in last_sent.items() if k != "heartbeat_at"}:
-                last_sent = run
-                yield {"event": "state", "data": json.dumps(run)}
-            if RunState(run["state"]) in TERMINAL and not points:
-                await asyncio.sleep(POLL_S * 8)  # a finished run: keep the connection, look rarely
-            else:
-                await asyncio.sleep(POLL_S)
+        with SSE_CLIENTS.track_inprogress():  # counted while the generator runs (a disconnect closes it)
+            async for event in _events(run_id, request):
+                yield event
 
     return EventSourceResponse(events(), ping=15)
+
+
+async def _events(run_id: int, request: Request):
+    run, cursor, _ = await run_in_threadpool(_snapshot, run_id, None)
+    last_sent = run
+    yield {"event": "state", "data": json.dumps(run)}
+    while not await request.is_disconnected():
+        run, cursor, points = await run_in_threadpool(_snapshot, run_id, cursor)
+        if points:
+            yield {"event": "metrics", "data": json.dumps({"points": points})}
+        if {k: v for k, v in run.items() if k != "heartbeat_at"} != \
+           {k: v for k, v in last_sent.items() if k != "heartbeat_at"}:
+            last_sent = run
+            yield {"event": "state", "data": json.dumps(run)}
+        if RunState(run["state"]) in TERMINAL and not points:
+            await asyncio.sleep(POLL_S * 8)  # a finished run: keep the connection, look rarely
+        else:
+            await asyncio.sleep(POLL_S)

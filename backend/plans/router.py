@@ -4,7 +4,15 @@ from fastapi import APIRouter, Query
 import plan as planner
 from backend.api.deps import Reader, RowId, SessionDep, Submitter
 from backend.plans import service
-from backend.plans.schemas import PlanCreate, PlanDefaults, PlanOut, RecommendRequest, SweepRequest
+from backend.plans.schemas import (
+    PlanCreate,
+    PlanDefaults,
+    PlanImport,
+    PlanImported,
+    PlanOut,
+    RecommendRequest,
+    SweepRequest,
+)
 from plan import Plan
 from plan.model import EXAMPLE, field_choices, section_defaults
 from plan.results import Catalog, Estimate, Exports, Fix, MaxSeq, Recommend, SpMethods, Sweep
@@ -77,6 +85,15 @@ def plan_defaults(_: Reader) -> PlanDefaults:
 def effective_plan(plan: Plan, _: Reader) -> dict:
     """The plan with every default filled in, as `ulab plan --effective` prints it (422 if it breaks a rule)."""
     return service.valid_or_422(plan).effective()
+
+
+@router.post("/plans/import")
+def import_plan(body: PlanImport, _: Reader) -> PlanImported:
+    """The plan a DeepSpeed config, launch line, Accelerate config or TrainingArguments describe, estimated at once:
+    keys none of DeepSpeed, Accelerate and the Trainer reads are `warnings` (each saying what does the job instead),
+    contradictions are `errors` naming both sides, "auto" and unset values are `defaults` with the value they take.
+    Text that does not parse is a 422 naming its line. Nothing is stored."""
+    return service.import_setup(body)  # type: ignore[return-value]  # validated against PlanImported on the way out
 
 
 @router.post("/plans", status_code=201)

@@ -49,3 +49,32 @@ class PlanOut(BaseModel):
     created_at: datetime
     plan: dict[str, Any]
     estimate: Estimate
+
+
+class PlanImport(BaseModel):
+    """A setup to import, as the user pastes it: each file's text (parsed here, so a broken line is named)."""
+
+    model_config = ConfigDict(extra="forbid")
+    ds_config: str | None = Field(None, max_length=1 << 20, description="ds_config.json, as text")
+    launch: str | None = Field(None, max_length=1 << 16, description='The launch line ("deepspeed ...", "torchrun '
+                                                                     '...", "accelerate launch ...")')
+    accelerate_config: str | None = Field(None, max_length=1 << 20, description="An Accelerate config YAML")
+    training_args: str | None = Field(None, max_length=1 << 20, description="TrainingArguments as JSON")
+    gpu: str | None = Field(None, max_length=100, description="The GPU the job runs on (default H100-80GB)")
+    gpus_per_node: int | None = Field(None, ge=1, le=1024, description="GPUs per node (default 8)")
+
+
+class FieldNote(BaseModel):
+    field: str
+    message: str
+
+
+class PlanImported(BaseModel):
+    """The plan a setup describes (estimated), what none of its libraries reads (`warnings`), what cannot hold
+    (`errors`, each naming both sides) and what it leaves to "auto" or a default (`defaults`)."""
+
+    plan: dict[str, Any]
+    warnings: list[FieldNote]
+    errors: list[FieldNote]
+    defaults: list[FieldNote]
+    estimate: Estimate

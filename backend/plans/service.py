@@ -7,8 +7,8 @@ from sqlalchemy.orm import Session
 import plan as planner
 from backend.api.errors import NotFound, UserError
 from backend.plans.models import Plan as PlanRow
-from backend.plans.schemas import PlanOut
-from plan import Plan
+from backend.plans.schemas import PlanImport, PlanOut
+from plan import Plan, importer
 
 
 def valid_or_422(data: Plan | dict) -> Plan:
@@ -41,3 +41,19 @@ def list_plans(session: Session, limit: int = 200) -> list[PlanRow]:
 def to_out(row: PlanRow) -> PlanOut:
     return PlanOut.model_validate({"id": row.id, "name": row.name, "created_at": row.created_at, "plan": row.spec,
                                    "estimate": row.estimate})
+
+
+def import_setup(body: PlanImport) -> dict:
+    """The plan a pasted setup describes (plan.importer); text that does not parse is a 422 naming its line."""
+    if not any((body.ds_config, body.launch, body.accelerate_config, body.training_args)):
+        raise UserError(422, "ds_config", "paste a DeepSpeed config, a launch line, an Accelerate config or "
+                                          "TrainingArguments")
+    try:
+        return importer.import_setup(
+            importer.parse_json(body.ds_config, "ds_config") if body.ds_config else None,
+            body.launch or None,
+            importer.parse_yaml(body.accelerate_config, "accelerate_config") if body.accelerate_config else None,
+            importer.parse_json(body.training_args, "training_args") if body.training_args else None,
+            gpu=body.gpu, gpus_per_node=body.gpus_per_node)
+    except importer.InputError as e:
+        raise UserError(422, e.field, e.message) from None

@@ -15,6 +15,7 @@ from backend.auth.service import purge_sessions
 from backend.core.db import session_scope
 from backend.core.settings import Settings
 from backend.metrics import alerts
+from backend.monitoring.instruments import RUNS_REAPED, RUNS_RESENT
 from backend.runs import transitions
 from backend.runs.models import Run
 from backend.runs.service import enqueue
@@ -43,6 +44,7 @@ def reap_lost(lost_after_s: float) -> list[int]:
         enqueue(run)
     for run_id in lost:
         log.warning("run %s marked lost: its worker stopped sending heartbeats", run_id)
+    RUNS_REAPED.inc(len(lost))
     return lost
 
 
@@ -70,6 +72,7 @@ def resend_queued(resend_after_s: float | None = None) -> list[int]:
             runs.append(run)
     for run in runs:  # after the commit, as on approval
         enqueue(run)
+    RUNS_RESENT.inc(len(runs))
     return [r.id for r in runs]
 
 

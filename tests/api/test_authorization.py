@@ -15,6 +15,7 @@ P = Permission
 OPEN = None  # no token needed
 ACCESS: dict[tuple[str, str], Permission | None] = {
     ("GET", "/api/health"): OPEN,
+    ("GET", "/metrics"): P.READ,
     ("POST", "/api/session"): OPEN,
     ("DELETE", "/api/session"): OPEN,
     ("GET", "/api/session"): P.READ,
@@ -34,6 +35,7 @@ ACCESS: dict[tuple[str, str], Permission | None] = {
     ("POST", "/api/calibration/load"): P.ADMIN,
     ("GET", "/api/plans/defaults"): P.READ,
     ("POST", "/api/plans/effective"): P.READ,
+    ("POST", "/api/plans/import"): P.READ,
     ("POST", "/api/plans"): P.SUBMIT,
     ("GET", "/api/plans"): P.READ,
     ("GET", "/api/plans/{plan_id}"): P.READ,
@@ -60,7 +62,7 @@ BODIES = {"/api/estimate": tiny_plan(), "/api/estimate/max-seq": tiny_plan(), "/
           "/api/plans": tiny_plan(), "/api/tokens": {"name": "x", "role": "viewer"},
           "/api/runs/{run_id}/metrics": {"points": []}, "/api/estimate/recommend": {"plan": tiny_plan()},
           "/api/estimate/fix": tiny_plan(), "/api/estimate/sp-methods": tiny_plan(),
-          "/api/calibration/estimate": tiny_plan()}
+          "/api/calibration/estimate": tiny_plan(), "/api/plans/import": {"ds_config": "{}"}}
 
 
 def api_routes(app) -> set[tuple[str, str]]:

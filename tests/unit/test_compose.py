@@ -19,18 +19,35 @@ ULAB = typer.main.get_command(app)
 
 def ulab_command(argv: list[str]) -> click.Command:
     assert argv[0] == "ulab", argv
-    cmd = ULAB.commands.get(argv[1])
-    assert cmd is not None, f"`ulab {argv[1]}` does not exist"
+    cmd, args = ULAB.commands.get(argv[1]), argv[2:]
+    while hasattr(cmd, "commands"):  # a group: `ulab token create ...`
+        cmd, args = cmd.commands.get(args[0]), args[1:]
+    assert cmd is not None, f"`{' '.join(argv[:2])}` does not exist"
     options = {o for p in cmd.params for o in p.opts + p.secondary_opts}
-    for arg in argv[2:]:
+    for arg in args:
         if arg.startswith("--"):
             assert arg.split("=")[0] in options, f"`ulab {argv[1]}` has no option {arg}"
-    cmd.make_context(argv[1], argv[2:])  # parses: values must have the right types
+    cmd.make_context(argv[1], args)  # parses: values must have the right types
     return cmd
 
 
 def test_services_are_the_design_set():
-    assert set(SERVICES) == {"api", "worker", "redis", "postgres", "flower"}
+    assert set(SERVICES) == {"api", "worker", "redis", "postgres", "flower", "prometheus", "prometheus-token"}
+
+
+def test_prometheus_scrapes_the_api_with_the_token_its_service_writes():
+    config = yaml.safe_load((REPO / "prometheus.yml").read_text())
+    [job] = config["scrape_configs"]
+    assert job["metrics_path"] == "/metrics" and job["static_configs"][0]["targets"] == ["api:8000"]
+    token = SERVICES["prometheus-token"]["command"]
+    ulab_command(token)
+    assert token[token.index("--role") + 1] == "viewer"  # a read: the least that may scrape
+    written = token[token.index("--file") + 1]
+    assert job["authorization"]["credentials_file"] == written
+    mounts = {m.split(":")[0]: m.split(":")[1] for m in SERVICES["prometheus"]["volumes"]}
+    assert mounts["./prometheus.yml"] == "/etc/prometheus/prometheus.yml"
+    assert any(written.startswith(mounts[v] + "/") for v in mounts if v == "tokens")
+    assert "tokens:/tokens" in SERVICES["prometheus-token"]["volumes"]
 
 
 def defaults(value: str) -> str:

@@ -23,6 +23,8 @@ export type Recommendation = Schemas["Recommendation"];
 export type Fix = Schemas["Fix"];
 export type SpMethods = Schemas["SpMethods"];
 export type Calibration = Schemas["Calibration"];
+export type PlanImport = Schemas["PlanImport"];
+export type PlanImported = Schemas["PlanImported"];
 export type RunEvent = Schemas["EventOut"];
 /** A stored plan: the API stores it with every default filled in. */
 export type StoredPlan = Omit<Schemas["PlanOut"], "plan"> & { plan: Plan };
@@ -125,6 +127,7 @@ export const api = {
   calibration: () => request<Calibration>("GET", "/api/calibration"),
   createPlan: (plan: Plan, name?: string) => request<StoredPlan>("POST", "/api/plans", { ...plan, name }),
   planDefaults: () => request<PlanDefaults>("GET", "/api/plans/defaults"),
+  importPlan: (body: PlanImport) => request<PlanImported>("POST", "/api/plans/import", body),
   createRun: (plan_id: number, run: RunSection, name?: string, extra?: { priority?: number; max_retries?: number }) =>
     request<Run>("POST", "/api/runs", { plan_id, name, run, ...extra }),
   runs: (state?: string, q?: string) => {

@@ -3,6 +3,7 @@ import { api, ApiError, type Catalog, type Estimate, type FieldError, type Plan,
 import { ExportButtons, SubmitRun } from "./Actions";
 import { FixPanel, RecommendPanel, SpMethodsPanel } from "./Advice";
 import { buildPlan, decodePlanParam, fmtSeqInput, LOAD_KEY, planToForm, type Loaded, type PlanForm } from "./form";
+import { ImportSetup } from "./ImportSetup";
 import { LoadPlan } from "./LoadPlan";
 import { FORM_FIELDS, PlannerForm } from "./PlannerForm";
 import { BreakdownBar, ThroughputFigures, Warnings } from "./Results";
@@ -124,6 +125,7 @@ function PlannerPage({ defaults, initial }: { defaults: PlanDefaults; initial: L
   return (
     <div className="planner">
       <div className="planner-left">
+        <ImportSetup onLoad={onLoad} defaults={defaults} />
         <LoadPlan plan={built.plan} onLoad={onLoad} defaults={defaults} />
         <PlannerForm form={form} setForm={setForm} catalog={catalog} errors={errors} choices={defaults.choices}
           warnings={(showEst?.warnings ?? []).filter((w): w is FieldError => typeof w !== "string")} />
