@@ -57,14 +57,22 @@ async def lifespan(app: FastAPI):
             await task
 
 
+class App(FastAPI):
+    """FastAPI with the security headers outside everything, Starlette's error middleware included: a 500 carries
+    them too (added as an ordinary middleware, they sit inside that one)."""
+
+    def build_middleware_stack(self):
+        return SecurityHeaders(super().build_middleware_stack())
+
+
 def create_app() -> FastAPI:
-    app = FastAPI(title="Ulysses Lab", version="0.1.0",
+    app = App(title="Ulysses Lab", version="0.1.0",
                   description="Plan, queue and watch long-context training with Ulysses sequence parallelism.",
                   lifespan=lifespan)
     install_error_handlers(app)
     app.add_middleware(RequestLimits)  # body size, UTF-8, finite numbers and depth, before any route reads a body
     app.add_middleware(RequestLatency)  # every answer timed by route, the limits' refusals included
-    app.add_middleware(SecurityHeaders)  # outermost: the limits' own 413/422 answers carry the headers too
+    # SecurityHeaders wraps the whole stack (App): the limits' own 413/422 answers and any 500 carry the headers
     app.include_router(auth_router)
     app.include_router(plans_router)
     app.include_router(runs_router)

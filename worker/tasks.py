@@ -9,6 +9,7 @@ import os
 import re
 import socket
 import sys
+import tempfile
 import threading
 import time
 from contextlib import contextmanager
@@ -27,7 +28,7 @@ from worker.celery_app import celery_app
 from worker.process import AttemptProcesses, start_group
 from worker.shipper import MetricShipper
 from worker.trainer.attempt import attempt_tag, lock_file
-from worker.trainer.exits import EXIT_OOM, describe_exit, says_out_of_memory
+from worker.trainer.exits import EXIT_OOM, LAST_WORDS_ENV, attempt_lines, describe_exit, known_cause, says_out_of_memory
 
 log = logging.getLogger(__name__)
 TICK_S = 0.5
@@ -115,10 +116,15 @@ def launch(run: Run, settings, node_rank: int, rdzv_endpoint: str | None):
     log_path = run_dir / f"train{suffix}.log"
     plan_path = run_dir / f"plan{suffix}.json"
     plan_path.write_text(json.dumps(run.spec, indent=1))
-    with log_path.open("a") as f:
-        f.write(f"--- attempt {run.attempt} on {run.worker if not node_rank else 'node ' + str(node_rank)} ---\n")
+    try:
+        with log_path.open("a") as f:
+            f.write(f"--- attempt {run.attempt} on {run.worker if not node_rank else 'node ' + str(node_rank)} ---\n")
+    except OSError as e:  # a full disk: the trainer will fail too, and say why in its last words
+        log.warning("run %s: could not write %s: %s", run.id, log_path, e)
     lock = lock_file(run_dir, node_rank)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", **attempt_tag(lock, run.attempt)}
+    words = last_words_file(run.id, run.attempt, node_rank)
+    words.unlink(missing_ok=True)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **attempt_tag(lock, run.attempt), LAST_WORDS_ENV: str(words)}
     if rdzv_endpoint:
         env.update(ULAB_RDZV_ENDPOINT=rdzv_endpoint, ULAB_NODE_RANK=str(node_rank),
                    ULAB_RDZV_ID=f"ulab-run{run.id}-attempt{run.attempt}")
@@ -220,17 +226,34 @@ _TORCHRUN_FAILURE = re.compile(r"^\s*rank\s*:\s*(\d+).*\n(?:.*\n){0,3}?\s*exitco
 _WARNING = re.compile(r"^.*\b\w*Warning: .*$\n?(?:^(?:\[rank\d+\]: )? {2,}\S.*$\n?)?", re.MULTILINE)
 
 
-def failure_reason(code: int, log_tail: str) -> str:
-    """Why the trainer ended with `code` (non-zero): the signal or exit code, the ranks torchrun reports killed by
-    a signal, and the log tail without Python warnings (unrelated to the failure, and they crowd it out)."""
+def last_words_file(run_id: int, attempt: int, node_rank: int) -> Path:
+    """Where an attempt's processes append their failure lines (LAST_WORDS_ENV): in memory (/dev/shm) where there
+    is one, else the temp directory; outside the run directory either way, so a full run disk cannot swallow them."""
+    shm = Path("/dev/shm")
+    base = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+    return base / f"ulab-run{run_id}-attempt{attempt}-node{node_rank}-{os.getpid()}.last-words"
+
+
+def failure_reason(code: int, log_tail: str, cause: str | None = None) -> str:
+    """Why the trainer ended with `code` (non-zero), one line first: the known cause found in the attempt's log
+    (`exits.known_cause`: no space left on device, out of memory, no tokenizer, a killed torchrun) when there is one,
+    with the signal or exit code and the ranks torchrun reports killed by a signal; then the log tail without
+    Python warnings (unrelated to the failure, and they crowd it out)."""
     ranks = [f"rank {rank} {describe_exit(int(c))}" for rank, c in _TORCHRUN_FAILURE.findall(log_tail)
              if int(c) < 0]
     head = f"the trainer was {describe_exit(code)}" if code < 0 else f"exit code {code}"
     if ranks:
         head += f" ({'; '.join(dict.fromkeys(ranks))})"
+    if cause:
+        head = f"{cause} ({head})"
     if code < 0:  # what it printed before it was killed says nothing about why
         return head
     return f"{head}:\n{_WARNING.sub('', log_tail).strip()}"
+
+
+def attempt_cause(log_path: Path, words: Path) -> str | None:
+    """The known cause of the attempt's failure, from its whole section of the log and its last words."""
+    return known_cause(attempt_lines(log_path, words))
 
 
 def supervise(run: Run, settings) -> str:
@@ -251,9 +274,12 @@ def supervise(run: Run, settings) -> str:
         procs, shipper, lambda: transitions.heartbeat(run.id, run.attempt, shipper.last_step), settings,
         stop_wait_s(run.spec, settings))
     log_tail = "\n".join(tail_lines(log_path, LOG_TAIL_LINES))
-    state = exit_state(code, stopped, log_tail)
+    words = last_words_file(run.id, run.attempt, 0)
+    cause = attempt_cause(log_path, words) if code != 0 and not stopped else None
+    words.unlink(missing_ok=True)
+    state = exit_state(code, stopped, f"{log_tail}\n{cause or ''}")
     reason = None if state == RunState.SUCCEEDED else (
-        "cancelled by request" if state == RunState.CANCELLED else failure_reason(code, log_tail))
+        "cancelled by request" if state == RunState.CANCELLED else failure_reason(code, log_tail, cause))
     if not shipped:
         reason = (reason or "") + "\nsome metrics could not be shipped to the API; they remain in the run directory"
     if left:
@@ -294,6 +320,7 @@ def supervise_node(run: Run, node_rank: int, settings) -> str:
         shipper = MetricShipper(run_dir, settings.api_url, run.id, worker_token())
     code, _, _, _ = watch_and_ship(procs, shipper, lambda: gang.node_heartbeat(run.id, run.attempt, node_rank),
                                    settings, stop_wait_s(run.spec, settings))
+    last_words_file(run.id, run.attempt, node_rank).unlink(missing_ok=True)  # node 0 reports the run's reason
     gang.record_node_exit(run.id, run.attempt, node_rank, code)
     log.info("run %s node %s: exit code %s", run.id, node_rank, code)
     return f"node exit {code}"

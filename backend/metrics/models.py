@@ -23,6 +23,9 @@ class MetricPoint(Base):
     name: Mapped[str] = mapped_column(String(64))
     value: Mapped[float] = mapped_column(Double)
     wall_time: Mapped[float] = mapped_column(Double)
+    # the run's attempt that stored it (null: stored before this was kept); a resend by an older attempt never
+    # overwrites a newer one's value, and "every step stored" counts the live attempt's (transitions.missing_steps)
+    attempt: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class MetricRollup(Base):

@@ -8,6 +8,7 @@ from sqlalchemy import func, select
 from sse_starlette.sse import EventSourceResponse
 
 from backend.api.deps import Ingester, Reader, RowId, SessionDep
+from backend.auth.roles import Role
 from backend.core.db import get_sessionmaker
 from backend.metrics import chart, service
 from backend.metrics.models import MetricPoint
@@ -25,8 +26,10 @@ POLL_S = 0.25  # how often the stream looks for new rows; a point reaches the pa
 def ingest(run_id: RowId, body: PointsIn, session: SessionDep, by: Ingester) -> Accepted:
     """Store a batch of points; idempotent on (run, rank, step, name), so the worker may resend. A worker writes
     only the runs it claimed; nobody writes a run that ended over a minute ago (409)."""
-    require_writable_run(session, run_id, by)
-    accepted = service.ingest(session, run_id, body.points)
+    run = require_writable_run(session, run_id, by)
+    if body.first_step is not None and by.role == Role.WORKER and run.attempt_first_step != body.first_step:
+        run.attempt_first_step = body.first_step  # committed with the points
+    accepted = service.ingest(session, run_id, body.points, attempt=run.attempt)
     POINTS_INGESTED.inc(accepted)
     return Accepted(accepted=accepted)
 

@@ -26,6 +26,9 @@ class PointIn(BaseModel):
 
 class PointsIn(BaseModel):
     points: list[PointIn] = Field(max_length=50_000)
+    # the first step of the metrics file these points come from (the worker's shipper says it): the live
+    # attempt's points count toward "every step stored" from there (backend/runs/transitions.missing_steps)
+    first_step: int | None = Field(None, ge=0, le=2**31 - 1)
 
 
 class Accepted(BaseModel):

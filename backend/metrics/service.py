@@ -16,12 +16,15 @@ from backend.metrics.schemas import PointIn
 
 def _sqlite_upserts():
     """SQLite (the embedded default): executemany of single-row upserts through SQLAlchemy's SQLite dialect.
-    A rewritten point (a resumed attempt redoing the steps after its checkpoint) updates the value; a block's
+    A rewritten point (a resumed attempt redoing the steps after its checkpoint) updates the value, unless an older
+    attempt sends it (a late resend: the newest attempt's value stays); a block's
     min and max keep the extremes of the stored and the new summary, `last` follows the later step."""
     points = sqlite_insert(MetricPoint)
     points = points.on_conflict_do_update(
         index_elements=["run_id", "name", "step", "rank"],
-        set_={"value": points.excluded.value, "wall_time": points.excluded.wall_time})
+        set_={"value": points.excluded.value, "wall_time": points.excluded.wall_time,
+              "attempt": points.excluded.attempt},
+        where=func.coalesce(points.excluded.attempt, 0) >= func.coalesce(MetricPoint.attempt, 0))
     r = MetricRollup
     rollups = sqlite_insert(r)
     new = rollups.excluded
@@ -54,8 +57,9 @@ def block_summaries(run_id: int, rows: list[dict]) -> list[dict]:
     return list(blocks.values())
 
 
-def ingest(session: Session, run_id: int, points: list[PointIn]) -> int:
-    """Insert or overwrite points keyed by (run, name, step, rank): a resend never duplicates."""
+def ingest(session: Session, run_id: int, points: list[PointIn], attempt: int | None = None) -> int:
+    """Insert or overwrite points keyed by (run, name, step, rank), as stored by `attempt` of the run: a resend
+    never duplicates, and never overwrites what a newer attempt stored."""
     if not points:
         return 0
     alerts.check(session, run_id, points)  # committed with the points
@@ -70,10 +74,10 @@ def ingest(session: Session, run_id: int, points: list[PointIn]) -> int:
         session.commit()
         return 0
     if session.get_bind().dialect.name == "postgresql":
-        _ingest_postgresql(session, run_id, ordered)
+        _ingest_postgresql(session, run_id, ordered, attempt)
     else:
         rows = [{"run_id": run_id, "rank": p.rank, "step": p.step, "name": p.name, "value": p.value,
-                 "wall_time": p.wall_time} for p in ordered]
+                 "wall_time": p.wall_time, "attempt": attempt} for p in ordered]
         blocks = sorted(block_summaries(run_id, rows), key=lambda b: (b["name"], b["tier"], b["bucket"], b["rank"]))
         session.execute(_SQLITE_POINTS, rows)
         session.execute(_SQLITE_ROLLUPS, blocks)
@@ -92,9 +96,11 @@ WITH p AS (
         AS (rank integer, step integer, name varchar, value double precision, wall_time double precision))
         WITH ORDINALITY AS p(rank, step, name, value, wall_time, ord)
 ), stored AS (
-    INSERT INTO metrics (run_id, rank, step, name, value, wall_time)
-    SELECT :run_id, p.rank, p.step, p.name, p.value, p.wall_time FROM p ORDER BY p.ord
-    ON CONFLICT (run_id, name, step, rank) DO UPDATE SET value = excluded.value, wall_time = excluded.wall_time
+    INSERT INTO metrics (run_id, rank, step, name, value, wall_time, attempt)
+    SELECT :run_id, p.rank, p.step, p.name, p.value, p.wall_time, CAST(:attempt AS integer) FROM p ORDER BY p.ord
+    ON CONFLICT (run_id, name, step, rank) DO UPDATE SET value = excluded.value, wall_time = excluded.wall_time,
+        attempt = excluded.attempt
+        WHERE COALESCE(excluded.attempt, 0) >= COALESCE(metrics.attempt, 0)
 )
 INSERT INTO metric_rollups (run_id, name, tier, bucket, rank, vmin, vmax, last_step, last_value)
 SELECT :run_id, p.name, t.tier, p.step / t.tier, p.rank, MIN(p.value), MAX(p.value), MAX(p.step),
@@ -111,10 +117,10 @@ ON CONFLICT (run_id, name, tier, bucket, rank) DO UPDATE SET
 """)
 
 
-def _ingest_postgresql(session: Session, run_id: int, points: list[PointIn]) -> None:
+def _ingest_postgresql(session: Session, run_id: int, points: list[PointIn], attempt: int | None) -> None:
     rows = json.dumps([{"rank": p.rank, "step": p.step, "name": p.name, "value": p.value,
                         "wall_time": p.wall_time} for p in points])
-    session.execute(_PG_INGEST, {"run_id": run_id, "points": rows, "tiers": list(TIERS)})
+    session.execute(_PG_INGEST, {"run_id": run_id, "points": rows, "tiers": list(TIERS), "attempt": attempt})
 
 
 def names(session: Session, run_id: int) -> list[str]:

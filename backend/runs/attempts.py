@@ -24,4 +24,5 @@ class RunAttempt(Base):
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     last_step: Mapped[int] = mapped_column(Integer, default=0)
     exit_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    queued_by: Mapped[int | None] = mapped_column(Integer, nullable=True)  # api_tokens.id; null: reaper or Slurm
 

@@ -11,13 +11,34 @@ from backend.api.errors import UserError
 from backend.core.settings import Settings
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$")
+NAME_MAX = 255  # bytes in one path part (Linux NAME_MAX); the system refuses longer ones with ENAMETOOLONG
+PATH_MAX = 4096
+
+
+def check_path_length(path: str, field: str) -> None:
+    """422 naming the field for a path the system would refuse as too long (a part over 255 bytes, or the whole
+    over 4096), before anything asks the file system about it."""
+    if len(path.encode("utf-8", "surrogatepass")) >= PATH_MAX:
+        raise UserError(422, field, f"the path is longer than {PATH_MAX} bytes")
+    for part in path.split("/"):
+        if len(part.encode("utf-8", "surrogatepass")) > NAME_MAX:
+            raise UserError(422, field, f"a part of the path ({part[:40]}...) is longer than {NAME_MAX} bytes")
+
+
+def expand_user(path: str, field: str) -> Path:
+    """`~` and `~user` expanded; 422 naming the field for a user with no home directory here."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:
+        raise UserError(422, field, f"{path[:80]}: {path.split('/')[0][:40]} names no user's home directory") from None
 
 
 def resolve_allowed(path: str, field: str, settings: Settings) -> str:
     """The absolute, symlink-free path if it lies under an allowed root; else a 422 naming the field."""
     if "\x00" in path:
         raise UserError(422, field, "the path contains a NUL byte")
-    given = Path(path).expanduser()
+    check_path_length(path, field)
+    given = expand_user(path, field)
     resolved = Path(os.path.realpath(given if given.is_absolute() else Path.cwd() / given))
     roots = settings.resolved_allowed_roots
     if not any(resolved == root or resolved.is_relative_to(root) for root in roots):

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from backend.api.errors import UserError
 from backend.core.settings import Settings
-from backend.runs.guard import HUB_ID, resolve_allowed
+from backend.runs.guard import HUB_ID, check_path_length, expand_user, resolve_allowed
 from plan import catalog
 
 FIELD = "run.model_path"
@@ -30,6 +30,19 @@ FIELD = "run.model_path"
 # means the planner estimated another model than the one that would train.
 ARCHITECTURE = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
                 "vocab_size")
+
+
+def hub_id_problem(name: str) -> str | None:
+    """Why `name` is not a Hugging Face repo id, in huggingface_hub's own words (its validator), or None."""
+    if not HUB_ID.match(name):
+        return "not of the form org/name"
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(name)
+    except HFValidationError as e:
+        return str(e)
+    return None
 
 
 def cached_hub_config(repo_id: str) -> str | None:
@@ -42,7 +55,7 @@ def cached_hub_config(repo_id: str) -> str | None:
 
 def local_candidate(name: str, settings: Settings) -> Path | None:
     """The directory a name refers to: the path itself if it exists, else the same name under the models root."""
-    given = Path(name).expanduser()
+    given = expand_user(name, FIELD)
     if given.is_absolute() or name.startswith("."):
         return given
     if given.exists():
@@ -60,6 +73,9 @@ def resolve(spec: dict, settings: Settings, strict: bool) -> dict:
     if not given and not preset:
         return spec  # model.config with random weights
     name = str(given or preset)
+    if "\x00" in name:
+        raise UserError(422, FIELD, "the path contains a NUL byte")
+    check_path_length(name, FIELD)
     directory = local_candidate(name, settings)
     if directory is not None:
         run["model_path"] = resolve_allowed(str(directory), FIELD, settings)
@@ -69,8 +85,9 @@ def resolve(spec: dict, settings: Settings, strict: bool) -> dict:
                                         "save_pretrained or downloaded from the hub)")
         check_architecture(spec, config_file)
         return spec
-    if not HUB_ID.match(name):
-        raise UserError(422, FIELD, f"{name} is neither a directory nor a Hugging Face id (org/name)")
+    problem = hub_id_problem(name)
+    if problem:
+        raise UserError(422, FIELD, f"{name[:200]} is neither a directory nor a Hugging Face id (org/name): {problem}")
     cached = cached_hub_config(name)
     if cached is not None:
         run["model_path"] = name

@@ -65,6 +65,12 @@ class Run(Base):
     # When the run last became queued, and when its message was last sent (lifecycle.resend_stale)
     queued_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     sent_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # Who queued the live attempt (api_tokens.id: the approver for attempt 1, whoever retried it after; null: the
+    # reaper or Slurm requeued it), kept in run_attempts with the attempt's outcome
+    queued_by: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # The first step of the live attempt's metrics file, as its shipper reports it: steps before it are the resumed
+    # checkpoint's, stored by earlier attempts (transitions.missing_steps); null: not reported yet
+    attempt_first_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # The worker token that claimed the live attempt (api_tokens.id): only it may write the run's metrics
     claimed_token_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # The submit's Idempotency-Key header: the same key from the same token answers this run again

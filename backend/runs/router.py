@@ -32,9 +32,10 @@ def list_runs(session: SessionDep, _: Reader, state: str | None = Query(None, ma
 
 
 @router.patch("/{run_id}")
-def label_run(run_id: RowId, body: RunLabels, session: SessionDep, _: Submitter) -> RunOut:
-    """Set a run's tags and notes (fields left out are kept)."""
-    return RunOut.model_validate(service.label_run(session, run_id, body))
+def label_run(run_id: RowId, body: RunLabels, session: SessionDep, user: Submitter) -> RunOut:
+    """Set a run's tags and notes (fields left out are kept). As with cancel: submitters label their own runs,
+    approvers and admins any (403 otherwise)."""
+    return RunOut.model_validate(service.label_run(session, run_id, body, user))
 
 
 @router.get("/{run_id}")
@@ -59,10 +60,11 @@ def cancel_run(run_id: RowId, session: SessionDep, user: Submitter) -> RunOut:
 
 
 @router.post("/{run_id}/retry")
-def retry_run(run_id: RowId, session: SessionDep, _: Approver, body: RetryIn | None = None) -> RunOut:
+def retry_run(run_id: RowId, session: SessionDep, user: Approver, body: RetryIn | None = None) -> RunOut:
     """Queue the next attempt of a failed, oom, cancelled or lost run; it resumes from the last checkpoint, or from
-    `from_checkpoint` ("resume from here")."""
-    return RunOut.model_validate(service.retry_run(session, run_id, body.from_checkpoint if body else None))
+    `from_checkpoint` ("resume from here"). It passes the same gate as approval (backend/runs/gate.py): a run never
+    approved is refused (409), as is one whose estimate does not fit unless it was approved anyway, under the cap."""
+    return RunOut.model_validate(service.retry_run(session, run_id, user, body.from_checkpoint if body else None))
 
 
 LogRank = Annotated[int | None, Query(ge=0, le=1_000_000, description="one rank's lines, its [rankN]: prefix off")]

@@ -36,6 +36,7 @@ class AttemptOut(BaseModel):
     finished_at: datetime | None
     last_step: int
     exit_reason: str | None
+    queued_by: int | None = None  # api_tokens.id of who queued this attempt; null: the reaper or Slurm requeued it
 
 
 class AlertOut(BaseModel):
@@ -77,6 +78,7 @@ class RunOut(BaseModel):
     submitted_by: int | None = None
     approved_by: int | None = None
     forced: bool = False
+    queued_by: int | None = None  # who queued the live attempt (the approver, or who retried it; null: the reaper)
     created_at: datetime
     approved_at: datetime | None
     started_at: datetime | None

@@ -2,7 +2,6 @@
 every change of a run's state is a function of backend/runs/transitions.py."""
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import logging
@@ -21,12 +20,12 @@ from backend.core.logs import filter_lines, tail_lines
 from backend.core.settings import get_settings
 from backend.executors.base import executor_for, executor_name, gpu_name
 from backend.plans.service import get_plan, valid_or_422
-from backend.runs import model_source, transitions
+from backend.runs import gate, model_source, transitions
 from backend.runs.guard import check_run_spec
 from backend.runs.models import Run
 from backend.runs.nodes import RunNode
 from backend.runs.schemas import RunCreate, RunLabels
-from backend.runs.states import TERMINAL, RunState
+from backend.runs.states import TERMINAL, IllegalTransition, RunState
 
 log = logging.getLogger(__name__)
 TERMINAL_VALUES = frozenset(st.value for st in TERMINAL)
@@ -45,11 +44,12 @@ def require_run(session: Session, run_id: int) -> None:
         raise NotFound("run", run_id)
 
 
-def require_writable_run(session: Session, run_id: int, by: Principal) -> None:
-    """404 unless the run exists; 409 if it ended more than ULAB_INGEST_AFTER_END_S ago. A worker token also gets a
-    409 for a run that has not started, and a 403 unless it claimed the run's live attempt (or one of its nodes),
-    where the claiming workers recorded their tokens. (Other ingest roles, an admin importing points, may write a
-    run that has not started.)"""
+def require_writable_run(session: Session, run_id: int, by: Principal) -> Run:
+    """The run, if `by` may write its metrics: 404 unless it exists; 409 if it ended more than
+    ULAB_INGEST_AFTER_END_S ago. A worker token writes only to a run it holds: 409 for a run not started, 403 unless
+    it claimed the run's live attempt (or one of its nodes). A run no worker holds (cancelled before it started, a
+    queued retry, whose claim is empty) is refused too. A Slurm run has no claim: its job writes while the run is
+    active under a job. (Other ingest roles, an admin importing points, may write a run that has not started.)"""
     run = get_run(session, run_id)
     late = get_settings().ingest_after_end_s
     if run.finished_at is not None and run.state in TERMINAL_VALUES and \
@@ -57,14 +57,19 @@ def require_writable_run(session: Session, run_id: int, by: Principal) -> None:
         raise UserError(409, "state", f"run {run_id} ended ({run.state}) more than {late:.0f} s ago: its metrics "
                                       "are closed")
     if by.role != Role.WORKER:
-        return
+        return run
     if run.state == RunState.PENDING_APPROVAL.value or (run.state == RunState.QUEUED.value and run.attempt == 1):
         raise UserError(409, "state", f"run {run_id} has not started ({run.state}): no worker may write its metrics")
-    claimers = [run.claimed_token_id, *session.scalars(
-        select(RunNode.claimed_token_id).where(RunNode.run_id == run_id, RunNode.attempt == run.attempt))]
-    if None not in claimers and by.token_id not in claimers:
-        raise UserError(403, "authorization", f"this worker token did not claim run {run_id}: a worker writes the "
-                                              "metrics of the runs it claimed only")
+    if run.executor == "slurm":
+        held = run.slurm_job_id is not None and run.state != RunState.QUEUED.value and run.started_at is not None
+    else:
+        claimers = {run.claimed_token_id, *session.scalars(
+            select(RunNode.claimed_token_id).where(RunNode.run_id == run_id, RunNode.attempt == run.attempt))}
+        held = by.token_id is not None and by.token_id in claimers
+    if not held:
+        raise UserError(403, "authorization", f"this worker token does not hold run {run_id}'s live attempt: a worker "
+                                              "writes the metrics of the runs it claimed only")
+    return run
 
 
 def body_fingerprint(body: RunCreate) -> str:
@@ -119,49 +124,17 @@ def create_run(session: Session, body: RunCreate, by: Principal, idempotency_key
     return run
 
 
-def does_not_fit(estimate: dict | None) -> str | None:
-    """Why the plan's estimate says the run will not fit (GPU or CPU memory), or None."""
-    memory = (estimate or {}).get("memory") or {}
-    if memory.get("fits") is False:
-        lo, hi = memory.get("device_total_gib_range") or (None, None)
-        if memory.get("verdict") == "tight":
-            return (f"the estimate may not fit: {lo}-{hi} GiB per GPU (the range of published measurements), "
-                    f"the GPU has {memory.get('gpu_capacity_gib')} GiB")
-        return (f"the estimate needs {memory.get('device_total_gib')} GiB per GPU; "
-                f"the GPU has {memory.get('gpu_capacity_gib')} GiB")
-    if memory.get("cpu_fits") is False:
-        return f"the estimate needs {memory.get('cpu_gib_per_node')} GiB of CPU memory per node, more than the node has"
-    return None
-
-
 def approve_run(session: Session, run_id: int, by: Principal, force: bool = False) -> Run:
+    """pending_approval -> queued through the gate (gate.check_queue), then the message goes out."""
     run = get_run(session, run_id)
-    if run.state == RunState.PENDING_APPROVAL:
-        check_sources(run)
-    reason = does_not_fit(run.estimate)
-    if reason and not force and run.state == RunState.PENDING_APPROVAL:  # (any other state: refused below)
-        raise UserError(409, "estimate.memory", f"{reason}. \"Approve anyway\" starts it regardless and "
-                                                "records on the run that it was approved against the estimate")
-    cap = get_settings().max_forced_gib_per_gpu
-    need = ((run.estimate or {}).get("memory") or {}).get("device_total_gib")
-    if reason and isinstance(need, int | float) and need > cap:
-        raise UserError(409, "estimate.memory", f"{reason}, above the {cap:g} GiB per GPU that even a forced run may "
-                                                "ask for (ULAB_MAX_FORCED_GIB_PER_GPU)")
-    transitions.approve(run, by.token_id, forced=bool(reason))
+    if run.state != RunState.PENDING_APPROVAL.value:
+        raise IllegalTransition(run.state, RunState.QUEUED)
+    forced = gate.check_queue(run, by, force)
+    transitions.approve(run, by.token_id, forced=forced)
     session.commit()  # the message goes out only after the approval is committed
     enqueue(run)
     session.refresh(run)  # the executor may have written to it (the Slurm job id)
     return run
-
-
-def check_sources(run: Run) -> None:
-    """Before a run takes GPUs (approve, retry): its data and checkpoint must be there and be the planned model.
-    A checkpoint resolved since submit (e.g. downloaded into the cache) is stored in the spec."""
-    spec = copy.deepcopy(run.spec)
-    model_source.check_data(spec)
-    spec = model_source.resolve(spec, get_settings(), strict=True)
-    if spec != run.spec:
-        run.spec = spec
 
 
 def enqueue(run: Run) -> None:
@@ -175,7 +148,7 @@ def enqueue(run: Run) -> None:
 CHECKPOINT_REF = re.compile(r"^stage\d{1,4}/checkpoint-\d{1,12}$")  # as worker/trainer/checkpoints.py names one
 
 
-def retry_run(session: Session, run_id: int, from_checkpoint: str | None = None) -> Run:
+def retry_run(session: Session, run_id: int, by: Principal, from_checkpoint: str | None = None) -> Run:
     """Queue the next attempt of a run that did not succeed; the worker resumes it from its last checkpoint, or from
     `from_checkpoint` (stage<i>/checkpoint-<step>, one listed by `checkpoints`): the trainer's launcher moves the
     newer ones to RUN_DIR/checkpoints-discarded/attempt-N before its ranks start."""
@@ -187,8 +160,10 @@ def retry_run(session: Session, run_id: int, from_checkpoint: str | None = None)
         if from_checkpoint not in on_disk:
             raise UserError(422, "from_checkpoint", f"run {run_id} has no complete checkpoint {from_checkpoint} "
                                                     f"(on disk: {', '.join(sorted(on_disk)) or 'none'})")
-    check_sources(run)
-    transitions.queue_retry(run)
+    if run.state not in {st.value for st in transitions.RETRYABLE}:
+        raise IllegalTransition(run.state, RunState.QUEUED)
+    gate.check_queue(run, by)
+    transitions.queue_retry(run, by.token_id)
     run.resume_from = from_checkpoint
     session.commit()
     enqueue(run)
@@ -196,18 +171,25 @@ def retry_run(session: Session, run_id: int, from_checkpoint: str | None = None)
     return run
 
 
+def require_owner(run: Run, by: Principal, action: str) -> None:
+    """403 unless `by` submitted the run or may act on any run (approver, admin): cancel and label share it."""
+    if not by.can(Permission.CANCEL_ANY) and (by.token_id is None or run.submitted_by != by.token_id):
+        raise UserError(403, "authorization", f"a submitter may {action} only the runs they submitted")
+
+
 def cancel_run(session: Session, run_id: int, by: Principal) -> Run:
     run = get_run(session, run_id)
-    if not by.can(Permission.CANCEL_ANY) and (by.token_id is None or run.submitted_by != by.token_id):
-        raise UserError(403, "authorization", "a submitter may cancel only the runs they submitted")
+    require_owner(run, by, "cancel")
     transitions.request_cancel(session, run)
     session.commit()
     return run
 
 
-def label_run(session: Session, run_id: int, labels: RunLabels) -> Run:
-    """Set a run's tags and/or notes (not its state: any run, in any state)."""
+def label_run(session: Session, run_id: int, labels: RunLabels, by: Principal) -> Run:
+    """Set a run's tags and/or notes (not its state: any run, in any state); the owner's or an approver's, as
+    cancel."""
     run = get_run(session, run_id)
+    require_owner(run, by, "change the tags and notes of")
     if labels.tags is not None:
         run.tags = sorted(set(labels.tags))
     if labels.notes is not None:

@@ -16,7 +16,7 @@ import logging
 from datetime import UTC, datetime
 from typing import cast
 
-from sqlalchemy import CursorResult, func, select, update
+from sqlalchemy import CursorResult, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from backend.core.db import session_scope
@@ -72,6 +72,7 @@ def record_attempt(session: Session, run: Run) -> None:
     row = exists or RunAttempt(run_id=run.id, attempt=run.attempt)
     row.state, row.worker, row.started_at = run.state, run.worker, run.started_at
     row.finished_at, row.last_step, row.exit_reason = run.finished_at, run.last_step, run.exit_reason
+    row.queued_by = run.queued_by
     session.add(row)
 
 
@@ -81,18 +82,21 @@ def approve(run: Run, by: int | None, forced: bool) -> None:
     """pending_approval -> queued, recording who approved it and whether the estimate said it would not fit."""
     _move(run, RunState.QUEUED, only_from=frozenset({RunState.PENDING_APPROVAL}))
     run.approved_at, run.approved_by, run.forced = now(), by, forced
+    run.queued_by = by
     run.queued_at = run.sent_at = now()  # its message goes out right after the commit
 
 
-def queue_retry(run: Run) -> None:
+def queue_retry(run: Run, by: int | None = None) -> None:
     """failed | oom | cancelled | lost -> queued as the next attempt (the worker resumes it from the last
-    checkpoint); what the previous attempt left on the run is cleared (run_attempts keeps it)."""
+    checkpoint), queued by `by` (api_tokens.id; None: the reaper or Slurm); what the previous attempt left on the run
+    is cleared (run_attempts keeps it). The API's retry passes backend/runs/gate.check_queue first."""
     _move(run, RunState.QUEUED, only_from=RETRYABLE)
     run.attempt, run.cancel_requested = run.attempt + 1, False
     run.worker = run.started_at = run.finished_at = run.heartbeat_at = run.exit_reason = None
     # a Slurm run's next attempt is a new job (slurm_requeued keeps the job that Slurm itself requeued)
     run.slurm_job_id = run.slurm_state = run.slurm_reason = run.slurm_nodes = None
-    run.claimed_token_id = None
+    run.claimed_token_id = run.attempt_first_step = None
+    run.queued_by = by
     run.resume_from = None  # the newest checkpoint, unless the caller names one (service.retry_run)
     run.queued_at = run.sent_at = now()
 
@@ -183,11 +187,17 @@ def heartbeat(run_id: int, attempt: int, last_step: int) -> bool:
 
 
 def missing_steps(s: Session, run: Run) -> int:
-    """How many of the steps 1..run.steps have no metric stored (of any name, on any rank)."""
+    """How many of the steps 1..run.steps have no metric stored (of any name, on any rank) by the live attempt.
+    Steps before the first step of the live attempt's metrics file (`attempt_first_step`, the checkpoint it
+    resumed) may be an earlier attempt's; from there on only the live attempt's points count, so an earlier
+    attempt's value (or a planted one) cannot hide a step this attempt failed to store. Points stored before
+    attempts were kept (attempt null) count as the live attempt's."""
     if run.steps <= 0:
         return 0
+    first = run.attempt_first_step if run.attempt_first_step is not None else 1
+    mine = or_(MetricPoint.attempt.is_(None), MetricPoint.attempt == run.attempt, MetricPoint.step < first)
     stored = s.scalar(select(func.count(func.distinct(MetricPoint.step)))
-                      .where(MetricPoint.run_id == run.id, MetricPoint.step >= 1, MetricPoint.step <= run.steps))
+                      .where(MetricPoint.run_id == run.id, MetricPoint.step >= 1, MetricPoint.step <= run.steps, mine))
     return run.steps - int(stored or 0)
 
 

@@ -141,3 +141,21 @@ def test_security_headers(client, tokens):
         assert r.headers["x-content-type-options"] == "nosniff"
         assert r.headers["x-frame-options"] == "DENY"
     assert "content-security-policy" not in client.get("/docs").headers  # Swagger UI comes from a CDN
+
+
+def test_a_server_error_carries_the_security_headers(app_env):
+    """A 500 (an unhandled exception) is answered by Starlette's error middleware, which used to sit outside the
+    headers middleware: its answer came without them (issue 25)."""
+    from fastapi.testclient import TestClient
+
+    from backend.main import create_app
+
+    app = create_app()
+
+    @app.get("/api/boom")
+    def boom() -> None:
+        raise RuntimeError("an unexpected failure")
+
+    r = TestClient(app, raise_server_exceptions=False).get("/api/boom")
+    assert r.status_code == 500
+    assert r.headers["x-content-type-options"] == "nosniff" and r.headers["x-frame-options"] == "DENY"

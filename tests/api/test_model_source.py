@@ -115,3 +115,20 @@ def test_approval_refuses_a_hub_id_that_is_not_downloaded_and_a_missing_data_fil
     gone.unlink()
     field, _ = error(client.post(f"/api/runs/{r.json()['id']}/approve", headers=admin))
     assert field == "run.data.path"
+
+
+# huggingface_hub rejects these as repo ids (HFValidationError), and no system takes a path part over 255 bytes:
+# each was a 500 (issue 25), and is a 422 naming the field
+NOT_HUB_IDS = ["org/na--me", "a/..", "org/x.", "org/-x", "org/a..b", "a/."]
+LONG_PART = "/tmp/" + "x" * 256
+
+
+@pytest.mark.parametrize("name", NOT_HUB_IDS + [LONG_PART, "org/" + "y" * 256, "~nosuchuser-ulab/x"])
+def test_a_name_neither_a_path_nor_a_hub_id_is_a_422_naming_the_field(client, admin, data, name):
+    field, message = error(submit(client, admin, tiny_plan(), {"data": {"path": str(data)}, "model_path": name}))
+    assert field == "run.model_path", message
+
+
+def test_an_over_long_data_path_part_is_a_422_naming_the_field(client, admin):
+    field, message = error(submit(client, admin, tiny_plan(), {"data": {"path": LONG_PART}}))
+    assert field == "run.data.path" and "255 bytes" in message, message

@@ -1,17 +1,23 @@
 """Fault tests of the run lifecycle against real processes: the broker flushed with runs queued, the same task
-delivered twice, and the API down for 20 s while a run ships metrics. (A worker killed mid-run, lost and resumed
-from its checkpoint: tests/integration/test_supervision.py.)"""
+delivered twice, the API down for 20 s while a run ships metrics, torchrun killed before the first checkpoint and
+the run retried, and the run directory's disk filling up. (A worker killed mid-run, lost and resumed from its
+checkpoint: tests/integration/test_supervision.py.)"""
+import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
+from sqlalchemy import create_engine, text
 
 from tests.services import REPO, Stack, forget_messages, postgres_database, redis_database, wait_http
 from tests.tiny import submit, tiny_plan, wait_for
+from worker.trainer.attempt import ATTEMPT_ENV, RUN_LOCK_ENV, lock_file, read_metrics
 
 pytestmark = pytest.mark.slow
 LOST_AFTER_S = 8
@@ -25,6 +31,7 @@ def faults(tmp_path_factory):
         s = Stack(tmp_path_factory.mktemp("faults"), pg, broker, ULAB_LOST_AFTER_S=str(LOST_AFTER_S),
                   ULAB_RESEND_AFTER_S=str(RESEND_AFTER_S)).start()
         s.broker = broker
+        s.database_url = pg
         s.api_client = s.client()
         yield s
         s.api_client.close()
@@ -119,3 +126,104 @@ def test_api_down_for_20s_loses_no_metric_point(faults, corpus):
     assert [a["state"] for a in done["attempts"]] == ["succeeded"]
     assert steps_of(api, run["id"]) == list(range(1, steps + 1))
     assert steps_of(api, run["id"], "grad_norm") == list(range(1, steps + 1))
+
+
+def rank_parents(run_dir: Path) -> set[int]:
+    """The pid of the process that started the run's ranks (torchrun): the parent of every process of the run
+    directory's attempt that has LOCAL_RANK in its environment."""
+    lock, parents = str(lock_file(run_dir)), set()
+    for p in psutil.process_iter():
+        try:
+            env = p.environ()
+            if env.get(RUN_LOCK_ENV) == lock and ATTEMPT_ENV in env and "LOCAL_RANK" in env:
+                parents.add(p.ppid())
+        except psutil.Error:
+            continue
+    return parents
+
+
+def stored_rows(stack, run_id: int, columns: str = "step, wall_time") -> list[tuple]:
+    """`columns` of every stored loss point (rank 0), in step order, read from the database."""
+    engine = create_engine(stack.database_url)
+    try:
+        with engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(text(
+                f"SELECT {columns} FROM metrics WHERE run_id = :r AND name = 'loss' AND rank = 0 ORDER BY step"),
+                {"r": run_id})]
+    finally:
+        engine.dispose()
+
+
+def test_torchrun_sigkill_before_a_checkpoint_then_retry_stores_every_step_once_from_the_retrained_attempt(
+        faults, corpus):
+    """Issue 25's first failure: torchrun SIGKILLed before the first checkpoint, the run retried; attempt 2 trains
+    from scratch. Every step 1..N is stored once, and each stored row is attempt 2's (its wall time is the one in
+    attempt 2's metrics file), not attempt 1's. The first attempt's reason names the signal, not torchrun's
+    banner."""
+    api, steps = faults.api_client, 40
+    run = submit(api, tiny_plan(), {"steps": steps, "checkpoint_every": 0, "data": {"path": str(corpus)}},
+                 name="torchrun-killed")
+    run_dir = Path(faults.home) / "runs" / f"run-{run['id']}"
+    end = time.monotonic() + 300  # the file, not the API: a tiny step takes a fraction of a second
+    while not (records := read_metrics(run_dir)) or records[-1]["step"] < 3:
+        assert time.monotonic() < end, "step 3 not written"
+        time.sleep(0.05)
+    torchrun = rank_parents(run_dir)
+    assert len(torchrun) == 1, torchrun
+    os.kill(torchrun.pop(), signal.SIGKILL)
+    failed = wait_for(api, run["id"], {"failed"}, timeout_s=120)
+    assert 3 <= read_metrics(run_dir)[-1]["step"] < steps, "attempt 1 finished before torchrun was killed"
+    r = api.post(f"/api/runs/{run['id']}/retry")
+    assert r.status_code == 200, r.text
+    done = wait_for(api, run["id"], {"succeeded"}, timeout_s=240)
+    assert [a["state"] for a in done["attempts"]] == ["failed", "succeeded"]
+    rows = stored_rows(faults, run["id"])
+    assert [step for step, _ in rows] == list(range(1, steps + 1))
+    retrained = {r["step"]: r["time"] for r in read_metrics(run_dir)}  # the newest attempt's lines
+    assert [wall for _, wall in rows] == [retrained[s] for s in range(1, steps + 1)], \
+        "rows of steps attempt 2 retrained hold attempt 1's values"
+    assert {attempt for (attempt,) in stored_rows(faults, run["id"], "attempt")} == {2}
+    assert failed["exit_reason"].splitlines()[0].startswith("torchrun was killed by SIGKILL"), failed["exit_reason"]
+
+
+@contextlib.contextmanager
+def small_disk(path: Path, size: str = "32m"):
+    """A tmpfs of `size` mounted at `path` (root only; the test machine runs as root)."""
+    path.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True,
+                       text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def fill(disk: Path) -> None:
+    with open(disk / "filler", "wb") as f:
+        with contextlib.suppress(OSError):
+            while True:
+                f.write(b"\0" * (1 << 16))
+                f.flush()
+
+
+def test_a_full_disk_is_reported_as_no_space_left_on_device(faults, corpus):
+    """The run directory's disk fills up mid-run: train.log and error.txt can no longer be written there, and the
+    ranks fail each in its own way. The reason's first line says "no space left on device" (the trainer's last
+    words, kept outside the run directory, and the whole attempt's log are searched). One rank: ranks do not matter
+    here."""
+    api = faults.api_client
+    run = submit(api, tiny_plan(sp_size=1), {"steps": 3000, "checkpoint_every": 0, "data": {"path": str(corpus)}},
+                 name="disk-full", approve=False)  # its packed data (3000 x 512 tokens) fits the 32 MiB disk
+    with small_disk(Path(faults.home) / "runs" / f"run-{run['id']}") as disk:
+        assert api.post(f"/api/runs/{run['id']}/approve").status_code == 200
+        end = time.monotonic() + 300
+        while (now := api.get(f"/api/runs/{run['id']}").json())["last_step"] < 3:
+            assert now["state"] not in ("failed", "succeeded", "cancelled", "lost"), now
+            assert time.monotonic() < end, f"run {run['id']} did not reach step 3"
+            time.sleep(0.3)
+        fill(disk)
+        failed = wait_for(api, run["id"], {"failed"}, timeout_s=180)
+    first = failed["exit_reason"].splitlines()[0]
+    assert first.startswith("no space left on device"), failed["exit_reason"]

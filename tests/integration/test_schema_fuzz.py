@@ -5,6 +5,7 @@ import json
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 
 from tests.services import Stack, postgres_database, redis_database
 
@@ -22,6 +23,7 @@ def fuzz_stack(tmp_path_factory):
 
             plan_id = admin.post("/api/plans", json=tiny_plan()).json()["id"]
             admin.post("/api/runs", json={"plan_id": plan_id, "run": {"data": {"path": "/tmp/fuzz.txt"}}})
+        s.plan_id = plan_id
         yield s
         s.stop()
 
@@ -115,3 +117,36 @@ def test_hostile_bodies_get_no_server_error_on_any_endpoint(fuzz_stack):
             assert client.get(path).status_code == 200, path
     print(f"hostile bodies: {sent} requests over {len(ops)} operations, {len(errors)} server errors")
     assert not errors, "\n".join(errors[:20])
+
+
+# Paths and hub ids the schema cannot describe (issue 25): names huggingface_hub refuses as repo ids, path parts
+# over 255 bytes, and anything shaped like org/name.
+HUB_LIKE = st.from_regex(r"\A[A-Za-z0-9][\w.-]{0,20}/[\w.-]{1,20}\Z")
+NOT_HUB_IDS = st.sampled_from(["org/na--me", "a/..", "org/x.", "org/-x", "org/a..b", "a/.", "./a/../..", "/"])
+LONG_PARTS = st.builds(lambda n, head, tail: f"{head}{'x' * n}{tail}", st.integers(250, 300),
+                       st.sampled_from(["/tmp/", "org/", "", "./"]), st.sampled_from(["", "/b", "/.."]))
+PATHS = st.one_of(HUB_LIKE, NOT_HUB_IDS, LONG_PARTS, st.text(min_size=1, max_size=40))
+
+
+def test_run_paths_get_no_server_error(fuzz_stack):
+    """POST /api/runs with run.model_path and run.data.path drawn from PATHS: 4xx, never 5xx."""
+    import httpx
+
+    errors: list[str] = []
+    sent: list[int] = []
+    with httpx.Client(base_url=fuzz_stack.url, timeout=30,
+                      headers={"Authorization": f"Bearer {fuzz_stack.admin_token}"}) as client:
+        @given(model_path=PATHS, data_path=st.one_of(st.just("/tmp/fuzz.txt"), PATHS))
+        @settings(max_examples=150, derandomize=True, deadline=None, database=None,
+                  suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate])
+        def call(model_path, data_path):
+            body = {"plan_id": fuzz_stack.plan_id, "run": {"data": {"path": data_path}, "model_path": model_path}}
+            r = client.post("/api/runs", json=body)
+            sent.append(r.status_code)
+            if r.status_code >= 500:
+                errors.append(f"{model_path!r} / {data_path!r} -> {r.status_code}: {r.text[:200]}")
+
+        call()
+    print(f"run paths: {len(sent)} submits, {len(errors)} server errors")
+    assert not errors, "\n".join(errors[:20])
+    assert len(sent) >= 100

@@ -180,7 +180,7 @@ def test_ulysses_invalid_when_heads_do_not_split():
 
 
 def test_approval_reason_says_may_not_fit_for_a_tight_estimate():
-    from backend.runs.service import does_not_fit
+    from backend.runs.gate import does_not_fit
 
     tight = estimate(qwen_plan(seq_len=max_seq_len(qwen_plan())["likely"]))
     lo, hi = tight["memory"]["device_total_gib_range"]

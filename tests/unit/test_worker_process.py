@@ -83,3 +83,29 @@ def test_the_reason_names_the_signal_and_leaves_out_warnings():
     summary = ("[1]:\n  time      : 2026-11-24_12:00:00\n  host      : h\n  rank      : 1 (local_rank: 1)\n"
                "  exitcode  : -9 (pid: 4242)\n  error_file: <N/A>\n")
     assert failure_reason(1, summary).startswith("exit code 1 (rank 1 killed by SIGKILL):")
+
+
+def test_the_reason_names_a_known_cause_found_anywhere_in_the_attempt(tmp_path):
+    """Issue 25: the cause is searched in the whole attempt's part of the log (not in its last lines) and in the
+    last words kept outside the run directory; its words come first, on one line."""
+    from worker.tasks import attempt_cause
+
+    log = tmp_path / "train.log"
+    banner = "Setting OMP_NUM_THREADS environment variable for each process to be 1 in default"
+    noise = "".join(f"[rank1]: step {i}\n" for i in range(200))
+    log.write_text(f"--- attempt 1 on w ---\nOSError: [Errno 28] No space left on device\n"
+                   f"--- attempt 2 on w ---\n{banner}\n[rank0]: OSError: [Errno 28] No space left on device: "
+                   f"'/runs/run-1/metrics.attempt-2.jsonl'\n{noise}error: torchrun killed by SIGKILL\n")
+    cause = attempt_cause(log, tmp_path / "none")
+    assert cause == "no space left on device: the disk of the run directory is full"
+    reason = failure_reason(1, banner + "\n" + noise, cause)
+    assert reason.splitlines()[0] == f"{cause} (exit code 1):"
+    log.write_text(f"--- attempt 1 on w ---\n{banner}\n{noise}error: torchrun killed by SIGKILL\n")
+    assert failure_reason(1, banner, attempt_cause(log, tmp_path / "none")).splitlines()[0] == \
+        "torchrun was killed by SIGKILL (exit code 1):"
+    log.write_text("--- attempt 1 on w ---\nerror: run.model_path: /m has no tokenizer that loads (x)\n")
+    assert "no tokenizer" in attempt_cause(log, tmp_path / "none")
+    words = tmp_path / "words"  # the log could not be written: the last words say it
+    log.write_text("--- attempt 1 on w ---\n")
+    words.write_text("out of memory on rank 1: tried to allocate 2.00 GiB (OutOfMemoryError)\n")
+    assert attempt_cause(log, words) == "out of memory on rank 1: tried to allocate 2.00 GiB (OutOfMemoryError)"

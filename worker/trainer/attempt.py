@@ -12,10 +12,11 @@ of another attempt is left, then shares it), torchrun (it inherits the launcher'
 shared lock of its own). The file names the attempt that owns it: a rank whose attempt is not the owner refuses
 to train (a fencing token), so a late-starting rank of a dead attempt never writes beside the live one.
 
-The metrics: a run started from scratch (attempt 1, or a later one that found no checkpoint) writes
-RUN_DIR/metrics.jsonl; attempt N that resumes from a checkpoint writes metrics.attempt-N.jsonl from the step after
-it, so no attempt rewrites the lines of one it continues. Read together (`read_metrics`, and the worker's
-shipper through the API's upsert), a later attempt's line for a step replaces an earlier one's.
+The metrics: attempt 1 writes RUN_DIR/metrics.jsonl; attempt N >= 2 writes metrics.attempt-N.jsonl, from the step
+after the checkpoint it resumed, or from step 1 when it found none. No attempt rewrites, truncates or deletes
+another's file, so a shipper never finds a file it has an offset in replaced under it. Read together
+(`read_metrics`, and the worker's shipper through the API's upsert), a later attempt's line for a step replaces an
+earlier one's, and the files before the newest one that starts at step 1 are superseded (`current_files`).
 """
 from __future__ import annotations
 
@@ -243,11 +244,37 @@ def metrics_files(run_dir: Path | str) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+def first_step(path: Path) -> int | None:
+    """The step of the file's first step record (evaluation records aside), or None while it has none."""
+    try:
+        with path.open("rb") as f:
+            for raw in f:
+                if not raw.endswith(b"\n"):
+                    return None  # a torn line: not known yet
+                try:
+                    record = json.loads(raw)
+                    if isinstance(record, dict) and "eval" not in record:
+                        return int(record["step"])
+                except (ValueError, KeyError, TypeError):
+                    continue
+    except OSError:
+        return None
+    return None
+
+
+def current_files(run_dir: Path | str) -> list[Path]:
+    """The attempts' metrics files that still count, oldest first: from the newest one that starts at step 1 (a
+    start from scratch supersedes every file before it) on."""
+    files = metrics_files(run_dir)
+    scratch = [i for i, p in enumerate(files) if first_step(p) == 1]
+    return files[scratch[-1]:] if scratch else files
+
+
 def read_metrics(run_dir: Path | str) -> list[dict]:
     """The run's step records, one per step in step order: a later attempt's line replaces an earlier one's (as
     the API's upsert does with what the shipper sends)."""
     by_step: dict[int, dict] = {}
-    for path in metrics_files(run_dir):
+    for path in current_files(run_dir):
         for line in path.read_text().splitlines():
             try:
                 record = json.loads(line)

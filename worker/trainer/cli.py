@@ -43,12 +43,25 @@ from plan.launch import (
 )
 
 from . import attempt as attempts
-from .exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_OOM, EXIT_PREEMPTED, describe_exit, says_out_of_memory
+from .exits import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_OOM,
+    EXIT_PREEMPTED,
+    describe_exit,
+    say_last_words,
+    says_out_of_memory,
+)
 from .spec import PlanError, RunSpec, load_plan
 
 
 def _say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    say_last_words(line)  # kept outside the run directory too: a full disk swallows the print
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:
+        pass
 
 
 def validate(plan_path: Path, run_dir: Path, resume: bool = False) -> RunSpec:

@@ -43,7 +43,11 @@ class HFTokenizer:
     def __init__(self, path: str):
         from transformers import AutoTokenizer
 
-        self.tok = AutoTokenizer.from_pretrained(path)
+        try:
+            self.tok = AutoTokenizer.from_pretrained(path)
+        except (OSError, ValueError, TypeError) as e:  # no tokenizer files, or none Transformers can build
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise DataError(f"run.model_path: {path} has no tokenizer that loads ({first})") from None
         self.name = f"hf:{path}"
         self.eos_token_id = self.tok.eos_token_id
         self.pad_token_id = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.tok.eos_token_id

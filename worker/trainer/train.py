@@ -3,7 +3,7 @@ Trainer with Accelerate `ParallelismConfig(sp_backend="deepspeed")` and the gene
 
 Layout of RUN_DIR:
   metrics.jsonl                       one line per optimizer step (rank 0) of attempt 1 (attempt.py);
-  metrics.attempt-N.jsonl             of attempt N >= 2, from the step after the checkpoint it resumed
+  metrics.attempt-N.jsonl             of attempt N >= 2, from the step after the checkpoint it resumed (or 1)
   run.lock                            held by every process of the live attempt; names it (attempt.py)
   data/stage{i}.npz                   packed rows per stage (written by the CLI before the ranks start)
   checkpoints/stage{i}/checkpoint-K   Trainer + DeepSpeed checkpoints (K counts inside the stage; last K kept)
@@ -26,14 +26,14 @@ import torch
 
 from plan.launch import deepspeed_config, effective_attn, parallelism, training_arguments
 
-from .attempt import ATTEMPT_ENV, metrics_file, metrics_files
+from .attempt import ATTEMPT_ENV, metrics_file
 from .attention import install_document_attention
 from .callbacks import STOP, StepMetricsCallback, install_stop_handler
 from .checkpoints import latest_checkpoint
 from .collectives import check_shared_run_dir, share_cores
 from .data import load_stage_rows, tokenizer_for
 from .evaluate import passkey, position_loss
-from .exits import EXIT_FAILED, EXIT_OK, EXIT_OOM, EXIT_PREEMPTED, says_out_of_memory
+from .exits import EXIT_FAILED, EXIT_OK, EXIT_OOM, EXIT_PREEMPTED, say_last_words, says_out_of_memory
 from .metrics import MemoryMeter, MetricsWriter, peak_tflops
 from .model import TiledLossHead, build_model, enable_tiled_mlp
 from .net import free_port
@@ -203,10 +203,9 @@ def train_this_rank(spec, run_dir: Path, resume: bool) -> int:
             start_stage, resume_from, steps_done = found
         writer = None
         if rank == 0:
-            # a resumed attempt writes a file of its own (attempt.py); a start from scratch drops what was there
-            mine = metrics_file(run_dir, attempt if resume else 1)
-            for old in ([] if resume else metrics_files(run_dir)) + [mine]:
-                old.unlink(missing_ok=True)
+            # every attempt writes a file of its own (attempt.py), never another's: a shipper may be reading that
+            mine = metrics_file(run_dir, attempt)
+            mine.unlink(missing_ok=True)
             writer = MetricsWriter(mine)
         attention = _Attention(attn)
         for i in range(start_stage, len(spec.stages)):
@@ -254,18 +253,28 @@ def _oom(run_dir: Path, rank: int, e: BaseException) -> int:
     gib = float(m.group(1)) * _UNITS.get(m.group(2), 1) / 1024**3 if m else None
     size = f": tried to allocate {gib:.2f} GiB" if gib is not None else ""
     line = f"out of memory on rank {rank}{size} ({type(e).__name__})"
-    (Path(run_dir) / "error.json").write_text(json.dumps({"kind": "oom", "rank": rank, "requested_gib": gib,
-                                                          "message": _first_line(e)}))
+    try:
+        (Path(run_dir) / "error.json").write_text(json.dumps({"kind": "oom", "rank": rank, "requested_gib": gib,
+                                                              "message": _first_line(e)}))
+    except OSError:
+        pass
     return _fail(run_dir, rank, line, EXIT_OOM)
 
 
 def _fail(run_dir: Path, rank: int, line: str, code: int, quiet_trace: bool = False) -> int:
-    if not quiet_trace:
-        traceback.print_exc(file=sys.stderr)
+    say_last_words(line)  # first: on a full disk, the writes below fail
+    try:
+        if not quiet_trace:
+            traceback.print_exc(file=sys.stderr)
+    except OSError:
+        pass
     try:
         with open(Path(run_dir) / "error.txt", "a") as f:
             f.write(line + "\n")
     except OSError:
         pass
-    print(line, file=sys.stderr, flush=True)
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:
+        pass
     return code

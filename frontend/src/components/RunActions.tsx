@@ -27,7 +27,9 @@ export function RunActions({ run, onChange, compact }: { run: Run; onChange: (r:
     }
   };
   const terminal = TERMINAL.includes(run.state);
-  const retryable = ["failed", "oom", "lost", "cancelled"].includes(run.state);
+  const ended = ["failed", "oom", "lost", "cancelled"].includes(run.state);
+  // a run never approved is not retried (the API's queue gate answers 409): it is submitted anew
+  const retryable = ended && Boolean(run.approved_at);
   const id = run.id;
   return (
     <span className={`actions ${compact ? "compact" : ""}`}>
@@ -57,7 +59,7 @@ export function RunActions({ run, onChange, compact }: { run: Run; onChange: (r:
           Retry
         </button>
       ) : null}
-      {retryable && can(identity, "submit") && !can(identity, "approve") ? (
+      {ended && can(identity, "submit") && !(retryable && can(identity, "approve")) ? (
         <button type="button" data-testid={`resubmit-${id}`} disabled={busy} title="a new run from the same plan (waits for approval)"
           onClick={() => run.plan_id !== null && run.spec.run && act(() => api.createRun(run.plan_id as number, run.spec.run as RunSection, run.name), (r) => navigate(`/runs/${r.id}`))}>
           Resubmit

@@ -29,7 +29,8 @@ function Checkpoints({ run, onChange }: { run: Run; onChange: (r: Run) => void }
     api.checkpoints(run.id).then(setRows).catch(() => setRows([]));
   }, [run.id, run.state, run.last_step]);
   if (!rows || rows.length === 0) return null;
-  const retryable = ["failed", "oom", "lost", "cancelled"].includes(run.state) && can(identity, "approve");
+  const retryable = ["failed", "oom", "lost", "cancelled"].includes(run.state) && Boolean(run.approved_at) &&
+    can(identity, "approve");
   const resume = async (ref: string) => {
     setError("");
     try {

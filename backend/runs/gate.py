@@ -1,0 +1,74 @@
+"""The one gate in front of `queued`: approve, approve anyway (force), retry and "resume from here" all pass
+`check_queue` before transitions.approve / queue_retry move the run. Its rules:
+- approved at least once, by someone allowed to approve: a run never approved can only be approved (a cancelled
+  `pending_approval` run is not retried into the queue);
+- the estimate fits, or the run is forced (now, or at its approval) and still under ULAB_MAX_FORCED_GIB_PER_GPU;
+- its sources are there (the data, and a checkpoint that is the planned model);
+- and every function of EXTRA_CHECKS (other checks hook in there: one line each).
+Each refusal is a UserError (409/422) naming the field."""
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+from backend.api.errors import UserError
+from backend.auth.roles import Permission
+from backend.auth.service import Principal
+from backend.core.settings import get_settings
+from backend.runs import model_source
+from backend.runs.models import Run
+from backend.runs.states import RunState
+
+# (run, who queues it, forced) -> None, or raise UserError. Called last, in order, on every path to `queued`.
+QueueCheck = Callable[[Run, Principal, bool], None]
+EXTRA_CHECKS: list[QueueCheck] = []
+
+
+def does_not_fit(estimate: dict | None) -> str | None:
+    """Why the plan's estimate says the run will not fit (GPU or CPU memory), or None."""
+    memory = (estimate or {}).get("memory") or {}
+    if memory.get("fits") is False:
+        lo, hi = memory.get("device_total_gib_range") or (None, None)
+        if memory.get("verdict") == "tight":
+            return (f"the estimate may not fit: {lo}-{hi} GiB per GPU (the range of published measurements), "
+                    f"the GPU has {memory.get('gpu_capacity_gib')} GiB")
+        return (f"the estimate needs {memory.get('device_total_gib')} GiB per GPU; "
+                f"the GPU has {memory.get('gpu_capacity_gib')} GiB")
+    if memory.get("cpu_fits") is False:
+        return f"the estimate needs {memory.get('cpu_gib_per_node')} GiB of CPU memory per node, more than the node has"
+    return None
+
+
+def check_sources(run: Run) -> None:
+    """Before a run takes GPUs: its data and checkpoint must be there and be the planned model. A checkpoint
+    resolved since submit (e.g. downloaded into the cache) is stored in the spec."""
+    spec = copy.deepcopy(run.spec)
+    model_source.check_data(spec)
+    spec = model_source.resolve(spec, get_settings(), strict=True)
+    if spec != run.spec:
+        run.spec = spec
+
+
+def check_queue(run: Run, by: Principal, force: bool = False) -> bool:
+    """Whether `by` may put `run` into `queued` now (approve: the run is pending_approval; retry: it ended). Raises
+    UserError when not; answers whether the run goes as forced (its estimate does not fit)."""
+    if not by.can(Permission.APPROVE):
+        raise UserError(403, "authorization", "only an approver may queue a run")
+    approving = run.state == RunState.PENDING_APPROVAL.value
+    if not approving and run.approved_at is None:
+        raise UserError(409, "state", f"run {run.id} was never approved ({run.state}): it cannot be queued again; "
+                                      "submit it anew and have it approved")
+    reason = does_not_fit(run.estimate)
+    forced = force or (run.forced and not approving)
+    if reason and not forced:
+        raise UserError(409, "estimate.memory", f"{reason}. \"Approve anyway\" starts it regardless and "
+                                                "records on the run that it was approved against the estimate")
+    cap = get_settings().max_forced_gib_per_gpu
+    need = ((run.estimate or {}).get("memory") or {}).get("device_total_gib")
+    if reason and isinstance(need, int | float) and need > cap:
+        raise UserError(409, "estimate.memory", f"{reason}, above the {cap:g} GiB per GPU that even a forced run may "
+                                                "ask for (ULAB_MAX_FORCED_GIB_PER_GPU)")
+    check_sources(run)
+    for check in EXTRA_CHECKS:
+        check(run, by, bool(reason))
+    return bool(reason)
