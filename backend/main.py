@@ -19,6 +19,7 @@ from backend.metrics.router import router as metrics_router
 from backend.plans.router import router as plans_router
 from backend.runs.lifecycle import supervise_forever
 from backend.runs.router import router as runs_router
+from backend.workers.router import router as workers_router
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ def create_app() -> FastAPI:
     app.include_router(runs_router)
     app.include_router(metrics_router)
     app.include_router(calibration_router)
+    app.include_router(workers_router)
 
     @app.get("/api/health", tags=["meta"])
     async def health() -> dict:

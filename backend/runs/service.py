@@ -27,6 +27,7 @@ from backend.runs.models import Run
 from backend.runs.nodes import RunNode
 from backend.runs.schemas import RunCreate, RunLabels
 from backend.runs.states import TERMINAL, RunState
+from backend.workers.service import check_kernels
 
 log = logging.getLogger(__name__)
 TERMINAL_VALUES = frozenset(st.value for st in TERMINAL)
@@ -134,6 +135,7 @@ def approve_run(session: Session, run_id: int, by: Principal, force: bool = Fals
     run = get_run(session, run_id)
     if run.state == RunState.PENDING_APPROVAL:
         check_sources(run)
+        check_kernels(session, run.spec)  # the queue's workers have the plan's attention kernel and Liger
     reason = does_not_fit(run.estimate)
     if reason and not force and run.state == RunState.PENDING_APPROVAL:  # (any other state: refused below)
         raise UserError(409, "estimate.memory", f"{reason}. \"Approve anyway\" starts it regardless and "

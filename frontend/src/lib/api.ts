@@ -23,6 +23,7 @@ export type Recommendation = Schemas["Recommendation"];
 export type Fix = Schemas["Fix"];
 export type SpMethods = Schemas["SpMethods"];
 export type Calibration = Schemas["Calibration"];
+export type WorkerInfo = Schemas["WorkerOut"];
 export type RunEvent = Schemas["EventOut"];
 /** A stored plan: the API stores it with every default filled in. */
 export type StoredPlan = Omit<Schemas["PlanOut"], "plan"> & { plan: Plan };
@@ -123,6 +124,7 @@ export const api = {
   runFix: (id: number) => request<Fix>("GET", `/api/runs/${id}/fix`),
   spMethods: (plan: Plan) => request<SpMethods>("POST", "/api/estimate/sp-methods", plan),
   calibration: () => request<Calibration>("GET", "/api/calibration"),
+  workers: () => request<WorkerInfo[]>("GET", "/api/workers"),
   createPlan: (plan: Plan, name?: string) => request<StoredPlan>("POST", "/api/plans", { ...plan, name }),
   planDefaults: () => request<PlanDefaults>("GET", "/api/plans/defaults"),
   createRun: (plan_id: number, run: RunSection, name?: string, extra?: { priority?: number; max_retries?: number }) =>
