@@ -90,10 +90,10 @@ gpu-check:
 REHEARSAL := var/rehearsal
 gpu-rehearsal: install
 	@set -e; mkdir -p $(REHEARSAL); \
-	if [ ! -x $(REHEARSAL)/machine/bin/python ] || ! $(REHEARSAL)/machine/bin/python -c "import torch, accelerate" 2>/dev/null; then \
-	  echo "== the machine's interpreter (torch, accelerate, transformers 5.17; no deepspeed)"; \
+	if [ ! -x $(REHEARSAL)/machine/bin/python ] || ! $(REHEARSAL)/machine/bin/python -c "import torch, accelerate, triton" 2>/dev/null; then \
+	  echo "== the machine's interpreter (torch, Triton 3.6, accelerate, transformers 5.17; no deepspeed)"; \
 	  rm -rf $(REHEARSAL)/machine; $(PYTHON) -m venv $(REHEARSAL)/machine; \
-	  $(REHEARSAL)/machine/bin/pip install -q torch==2.13.0 accelerate==1.15.0 transformers==5.17.0 nvidia-ml-py==13.615.71; fi; \
+	  $(REHEARSAL)/machine/bin/pip install -q torch==2.13.0 triton==3.6.0 accelerate==1.15.0 transformers==5.17.0 nvidia-ml-py==13.615.71; fi; \
 	echo "== prepare the wheel folder (Python 3.11 here; 3.12 for the GPU machine)"; \
 	TARGET_PY=3.11 PYTHON=$(BIN)/python bash scripts/gpu_wheels.sh prepare $(REHEARSAL)/wheels 2>&1 | grep -v '^WARNING: Location' | tail -3; \
 	echo "== gpu_check without torch: must fail"; \
@@ -106,10 +106,10 @@ gpu-rehearsal: install
 	echo "== --require-cuda without CUDA: must fail"; \
 	if $(REHEARSAL)/check-venv/bin/python bench/gpu_check.py --require-cuda; then echo "FAILED: exit 0"; exit 1; fi; \
 	echo "== part suite"; \
-	$(REHEARSAL)/check-venv/bin/python bench/gpu_check.py --cpu --parts suite --out $(REHEARSAL)/out --t0 $$t0 --budget-s 900 --min-row-s 20; \
+	$(REHEARSAL)/check-venv/bin/python bench/gpu_check.py --cpu --parts suite --out $(REHEARSAL)/out --t0 $$t0 --budget-s 1500 --min-row-s 20 --run-timeout-s 480; \
 	echo "== rows so far:"; wc -l < $(REHEARSAL)/out/cpu-rehearsal-*.csv; \
 	echo "== parts ulysses,sweep (the 2048-token rows are predicted not to fit: they run last)"; \
-	$(REHEARSAL)/check-venv/bin/python bench/gpu_check.py --cpu --parts ulysses,sweep --out $(REHEARSAL)/out --t0 $$t0 --budget-s 900 --min-row-s 20; \
+	$(REHEARSAL)/check-venv/bin/python bench/gpu_check.py --cpu --parts ulysses,sweep --out $(REHEARSAL)/out --t0 $$t0 --budget-s 1500 --min-row-s 20 --run-timeout-s 480; \
 	echo "== the CSV"; cut -d, -f1-10 $(REHEARSAL)/out/cpu-rehearsal-*.csv; \
 	echo "gpu-rehearsal: passed in $$(( $$(date +%s) - t0 )) s after the machine venv"
 
