@@ -35,7 +35,7 @@ PSUTIL=7.2.2
 NVML=13.615.71
 # DeepSpeed's install requirements besides torch (its requirements/requirements.txt), and build tools for the sdist
 DS_REQUIRES="hjson msgpack ninja numpy packaging psutil py-cpuinfo tqdm einops"
-BUILD_TOOLS="setuptools wheel"
+BUILD_TOOLS="setuptools wheel"  # and pip, for an interpreter without ensurepip
 TARGET_PY=${TARGET_PY:-3.12}
 GPU_VENV=${GPU_VENV:-.gpu-venv}
 CARRY_MIB=${CARRY_MIB:-56}  # the device tool carries 64 MiB with the repo (~3 MiB tracked): room left for it
@@ -58,7 +58,7 @@ prepare() {
   "$py" -m pip download -q --only-binary :all: --python-version "$TARGET_PY" --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     -d "$DIR" "transformers==$TRANSFORMERS" "pydantic==$PYDANTIC" "pyyaml==$PYYAML" "psutil==$PSUTIL" \
-    "nvidia-ml-py==$NVML" $DS_REQUIRES $BUILD_TOOLS
+    "nvidia-ml-py==$NVML" $DS_REQUIRES $BUILD_TOOLS pip
   # numpy (15 MiB) stays the machine's: its torch and accelerate need it, so it is there
   rm -f "$DIR"/numpy-*.whl
   # this project's wheel (pure Python; installed without its service dependencies: the GPU check needs plan/ and
@@ -84,7 +84,14 @@ install() {
   "$TORCH_PYTHON" -c "import torch" 2>/dev/null || {
     echo "error: $TORCH_PYTHON cannot import torch: set TORCH_PYTHON to the interpreter that holds it" >&2; exit 3; }
   if [ ! -x "$GPU_VENV/bin/python" ]; then
-    "$TORCH_PYTHON" -m venv "$GPU_VENV"
+    # an interpreter without ensurepip (Debian's without python3-venv, some uv-built ones): pip from DIR's wheel
+    if ! "$TORCH_PYTHON" -m venv "$GPU_VENV" 2>/dev/null; then
+      rm -rf "$GPU_VENV"
+      "$TORCH_PYTHON" -m venv --without-pip "$GPU_VENV"
+      local pipwhl
+      pipwhl=$(ls "$DIR"/pip-*.whl | head -1)
+      "$GPU_VENV/bin/python" "$pipwhl/pip" install -q --no-index --find-links "$DIR" pip
+    fi
     # every site-packages folder of the torch interpreter, after GPU_VENV's own (a .pth appends to sys.path)
     local site
     site=$("$GPU_VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
