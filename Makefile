@@ -86,10 +86,12 @@ gpu-check:
 # accelerate and transformers 5.17 as the GPU machine's /opt/torch/.venv does; the wheel folder prepared for its
 # Python; the check venv installed from that folder with no index (scripts/gpu_wheels.sh install, versions
 # asserted); gpu_check without torch and with --require-cuda (both must fail); then every part in CPU mode, in two
-# commands appending to one CSV (suite; ulysses and sweep), and the CSV.
+# commands appending to one CSV (suite; ulysses and sweep), and the CSV. DeepSpeed's ops build into a folder of its
+# own: a build another checkout killed in the shared ~/.cache/torch_extensions leaves a lock every later build waits on.
 REHEARSAL := var/rehearsal
 gpu-rehearsal: install
 	@set -e; mkdir -p $(REHEARSAL); \
+	export TORCH_EXTENSIONS_DIR=$(CURDIR)/$(REHEARSAL)/torch_extensions; \
 	if [ ! -x $(REHEARSAL)/machine/bin/python ] || ! $(REHEARSAL)/machine/bin/python -c "import torch, accelerate, triton" 2>/dev/null; then \
 	  echo "== the machine's interpreter (torch, Triton 3.6, accelerate, transformers 5.17; no deepspeed)"; \
 	  rm -rf $(REHEARSAL)/machine; $(PYTHON) -m venv $(REHEARSAL)/machine; \
