@@ -55,7 +55,10 @@ def setup_distributed() -> tuple[int, int, str]:
     share = os.environ.get(SHARE_DEVICE_ENV) == "1"
     if cuda:
         local = int(os.environ["LOCAL_RANK"])
-        torch.cuda.set_device(local % torch.cuda.device_count() if share else local)
+        if share:  # Accelerate and DeepSpeed's engine put each rank on cuda:LOCAL_RANK: make that an existing device
+            local %= torch.cuda.device_count()
+            os.environ["LOCAL_RANK"] = str(local)
+        torch.cuda.set_device(local)
     # the node's cores, shared between its ranks (torchrun leaves each at OMP_NUM_THREADS=1): torch's CPU ops on CPU
     # ranks, DeepSpeedCPUAdam's OpenMP loop with the optimizer offloaded
     share_cores(int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
