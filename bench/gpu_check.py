@@ -241,9 +241,10 @@ class Check:
         shutil.rmtree(self.work / r.name, ignore_errors=True)
 
     def compare_ulysses(self, r: Row, two: list[dict]) -> None:
-        """SP=2 (both ranks on this device) against one rank with grad_accum 2: the same rows per step."""
+        """SP=2 (both ranks on this device) against one rank with the same grad_accum: the same rows per step
+        (micro_batch x grad_accum x dp, and dp is 1 in both)."""
         one_row = Row("ulysses", r.name + "-one", r.model_name, r.model, r.seq_len, r.features, r.training,
-                      steps=r.steps, gas=2)
+                      steps=r.steps, gas=r.gas)
         code, one, out, _, _ = self.train(one_row.name, self.plan(one_row))
         shutil.rmtree(self.work / one_row.name, ignore_errors=True)
         self.failures += self.expect(one_row.name, code, one, out, list(range(1, r.steps + 1)))
@@ -297,10 +298,10 @@ def rows_for(ck: Check) -> list[Row]:
     out.append(Row("suite", "suite-resume", name, model, seq, "zero3 resume", {"zero_stage": 3}, 5 if cuda else 3,
                    run={"checkpoint_every": 3 if cuda else 2}))
     exact = {"dtype": "fp32", "attn_implementation": "sdpa"}
-    out.append(Row("ulysses", "ulysses-sp2", name, model, seq, "sp2 zero2", exact, steps, gpus=2, sp=2))
+    out.append(Row("ulysses", "ulysses-sp2", name, model, seq, "sp2 zero2", exact, steps, gpus=2, sp=2, gas=2))
     if cuda:
         out.append(Row("ulysses", "ulysses-sp2-zero3", name, model, seq, "sp2 zero3", {**exact, "zero_stage": 3},
-                       3, gpus=2, sp=2))
+                       3, gpus=2, sp=2, gas=2))
     if cuda:
         cases = [(m, cfg, f, s) for m, cfg in (("llama-1b", LLAMA_1B), ("llama-3.1-8b-4-layers", LLAMA_8B_4_LAYERS))
                  for f in SWEEP_FEATURES for s in (16384, 65536, 131072)]
