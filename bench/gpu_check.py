@@ -230,32 +230,36 @@ class Check:
                 problems.append(f"{r.name}: activation-checkpoint offload moved nothing to the host")
             if "optimizer: DeepSpeedCPUAdam" not in out:
                 problems.append(f"{r.name}: the offloaded optimizer is not DeepSpeedCPUAdam")
+        if r.part == "ulysses" and code == 0:
+            agree = self.compare_ulysses(r, rows)
+            problems += agree[1:]
+            note = agree[0]
         if problems and status == "ok":
             status = "failed"
         if code not in (0, 3):
             note = (note + " " + (out.strip().splitlines() or [""])[-1][-300:]).strip()
         self.failures += problems
         self.write(r, status, plan, rows, smi, wall, note)
-        if r.part == "ulysses":
-            self.compare_ulysses(r, rows)
         shutil.rmtree(self.work / r.name, ignore_errors=True)
 
-    def compare_ulysses(self, r: Row, two: list[dict]) -> None:
+    def compare_ulysses(self, r: Row, two: list[dict]) -> list[str]:
         """SP=2 (both ranks on this device) against one rank with the same grad_accum: the same rows per step
         (micro_batch x grad_accum x dp, and dp is 1 in both)."""
         one_row = Row("ulysses", r.name + "-one", r.model_name, r.model, r.seq_len, r.features, r.training,
                       steps=r.steps, gas=r.gas)
         code, one, out, _, _ = self.train(one_row.name, self.plan(one_row))
         shutil.rmtree(self.work / one_row.name, ignore_errors=True)
-        self.failures += self.expect(one_row.name, code, one, out, list(range(1, r.steps + 1)))
+        problems = self.expect(one_row.name, code, one, out, list(range(1, r.steps + 1)))
         tol = 1e-4 if r.training.get("dtype", "fp32" if not self.cuda else "bf16") == "fp32" else 2e-2
         worst = max((abs(a["loss"] - b["loss"]) / abs(a["loss"]) for a, b in zip(one, two)), default=None)
         ok = worst is not None and len(one) == len(two) == r.steps and worst <= tol
-        print(f"{r.name}: SP=2 vs one rank, {min(len(one), len(two))} steps, worst relative loss difference "
-              f"{worst} (tolerance {tol}): {'ok' if ok else 'FAILED'}", flush=True)
+        note = (f"SP=2 vs one rank, {min(len(one), len(two))} steps, worst relative loss difference {worst} "
+                f"(tolerance {tol})")
+        print(f"{r.name}: {note}: {'ok' if ok else 'FAILED'}", flush=True)
         if not ok:
-            self.failures.append(f"{r.name}: SP=2 losses {[x['loss'] for x in two]} vs one rank "
-                                 f"{[x['loss'] for x in one]}")
+            problems.append(f"{r.name}: SP=2 losses {[x['loss'] for x in two]} vs one rank "
+                            f"{[x['loss'] for x in one]}")
+        return [note, *problems]
 
     def resume(self, r: Row) -> None:
         """Checkpoint after step k, run on to the last step; attempt 2 resumes from k and writes
