@@ -8,7 +8,7 @@ FRONTEND_SRC := $(shell find frontend -path frontend/node_modules -prune -o -pat
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test install frontend chromium slurm ds-ops clean lint gpu-check FORCE
+.PHONY: run test install frontend chromium slurm ds-ops clean lint gpu-check gpu-rehearsal FORCE
 
 install: $(STAMP)
 
@@ -72,13 +72,49 @@ test: install chromium slurm
 	$(BIN)/python -m pytest -q -ra --durations=15 -n $(TEST_JOBS) --dist loadfile; code=$$?; \
 	if [ $$code -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$code
 
-# The GPU check, outside `make test` (bench/gpu_check.py): trainer runs on CUDA and the planner's memory model against
-# the allocator; without a CUDA device it says so and exits 0. On a bare GPU machine without network, pass the
+# The GPU check, outside `make test` (bench/gpu_check.py; docs/gpu-check.md): trainer runs on CUDA and the planner's
+# prediction beside the allocator's figures, a CSV row appended as each run ends. Without a CUDA device it says so and
+# exits 0 (GPU_CHECK_ARGS=--require-cuda makes that an error). On a bare GPU machine without network, pass the
 # folder `bash scripts/gpu_wheels.sh prepare DIR` filled elsewhere: `make gpu-check GPU_WHEELS=DIR`.
 GPU_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
+GPU_CHECK_ARGS ?=
 gpu-check:
-	@if [ -n "$(GPU_WHEELS)" ]; then bash scripts/gpu_wheels.sh check "$(GPU_WHEELS)"; \
-	else PYTHONPATH=$(CURDIR) $(GPU_PYTHON) bench/gpu_check.py; fi
+	@if [ -n "$(GPU_WHEELS)" ]; then bash scripts/gpu_wheels.sh check "$(GPU_WHEELS)" $(GPU_CHECK_ARGS); \
+	else PYTHONPATH=$(CURDIR) $(GPU_PYTHON) bench/gpu_check.py $(GPU_CHECK_ARGS); fi
+
+# The GPU path rehearsed on this CPU machine (10-40 min with the cores shared, so not in `make test`): a "machine"
+# venv holding torch, Triton, accelerate and transformers 5.17 as the GPU machine's /opt/torch/.venv does; the wheel
+# folder prepared for its
+# Python; the check venv installed from that folder with no index (scripts/gpu_wheels.sh install, versions
+# asserted); gpu_check without torch and with --require-cuda (both must fail); then every part in CPU mode, in two
+# commands appending to one CSV (suite; ulysses and sweep), and the CSV. DeepSpeed's ops build into a folder of its
+# own: a build another checkout killed in the shared ~/.cache/torch_extensions leaves a lock every later build waits on.
+REHEARSAL := var/rehearsal
+gpu-rehearsal: install
+	@set -e; mkdir -p $(REHEARSAL); \
+	export TORCH_EXTENSIONS_DIR=$(CURDIR)/$(REHEARSAL)/torch_extensions; \
+	if [ ! -x $(REHEARSAL)/machine/bin/python ] || ! $(REHEARSAL)/machine/bin/python -c "import torch, accelerate, triton" 2>/dev/null; then \
+	  echo "== the machine's interpreter (torch, Triton 3.6, accelerate, transformers 5.17; no deepspeed)"; \
+	  rm -rf $(REHEARSAL)/machine; $(PYTHON) -m venv $(REHEARSAL)/machine; \
+	  $(REHEARSAL)/machine/bin/pip install -q torch==2.13.0 triton==3.6.0 accelerate==1.15.0 transformers==5.17.0 nvidia-ml-py==13.615.71; fi; \
+	echo "== prepare the wheel folder (Python 3.11 here; 3.12 for the GPU machine)"; \
+	TARGET_PY=3.11 PYTHON=$(BIN)/python bash scripts/gpu_wheels.sh prepare $(REHEARSAL)/wheels 2>&1 | grep -v '^WARNING: Location' | tail -3; \
+	echo "== gpu_check without torch: must fail"; \
+	if python3 -I bench/gpu_check.py --cpu >/dev/null 2>$(REHEARSAL)/no-torch.err; then echo "FAILED: exit 0 without torch"; exit 1; fi; \
+	cat $(REHEARSAL)/no-torch.err; \
+	rm -rf $(REHEARSAL)/check-venv $(REHEARSAL)/out; \
+	echo "== install from the folder, no index, into a venv over the machine's torch"; \
+	t0=$$(date +%s); \
+	time TORCH_PYTHON=$(REHEARSAL)/machine/bin/python GPU_VENV=$(REHEARSAL)/check-venv bash scripts/gpu_wheels.sh install $(REHEARSAL)/wheels; \
+	echo "== --require-cuda without CUDA: must fail"; \
+	if $(REHEARSAL)/check-venv/bin/python bench/gpu_check.py --require-cuda; then echo "FAILED: exit 0"; exit 1; fi; \
+	echo "== part suite"; \
+	$(REHEARSAL)/check-venv/bin/python bench/gpu_check.py --cpu --parts suite --out $(REHEARSAL)/out --t0 $$t0 --budget-s 3600 --min-row-s 20 --run-timeout-s 480; \
+	echo "== rows so far:"; wc -l < $(REHEARSAL)/out/cpu-rehearsal-*.csv; \
+	echo "== parts ulysses,sweep (the 2048-token rows are predicted not to fit: they run last)"; \
+	$(REHEARSAL)/check-venv/bin/python bench/gpu_check.py --cpu --parts ulysses,sweep --out $(REHEARSAL)/out --t0 $$t0 --budget-s 3600 --min-row-s 20 --run-timeout-s 480; \
+	echo "== the CSV"; cut -d, -f1-10 $(REHEARSAL)/out/cpu-rehearsal-*.csv; \
+	echo "gpu-rehearsal: passed in $$(( $$(date +%s) - t0 )) s after the machine venv"
 
 clean:
 	rm -rf $(VENV) frontend/node_modules frontend/dist var test-artifacts

@@ -21,6 +21,7 @@ from backend.monitoring.router import router as monitoring_router
 from backend.plans.router import router as plans_router
 from backend.runs.lifecycle import supervise_forever
 from backend.runs.router import router as runs_router
+from backend.workers.router import router as workers_router
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,7 @@ def create_app() -> FastAPI:
     app.include_router(metrics_router)
     app.include_router(calibration_router)
     app.include_router(monitoring_router)
+    app.include_router(workers_router)
 
     @app.get("/api/health", tags=["meta"])
     async def health() -> dict:

@@ -36,3 +36,10 @@ def write_long_documents(path: Path, *, doc_len: int, total: int) -> Path:
         docs.append(" ".join(words)[:doc_len].rstrip().ljust(doc_len, "x"))
     path.write_text("\n\n".join(docs) + "\n")
     return path
+
+# `make gpu-rehearsal` (bench/gpu_check.py --cpu): the check's every part on CPU ranks in seconds per row
+CPU_MODEL = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 512, "max_position_embeddings": 4096}
+# a custom device just under the 2048-token sweep rows (and SP=2) so they are predicted not to fit: they run last
+CPU_GPU = {"name": "cpu-rehearsal", "memory_gib": 0.575, "hbm_tb_per_s": 0.05, "bf16_dense_tflops": 1,
+           "nvlink_gb_per_s_per_direction": 5, "typical_internode_gb_per_s": 1}

@@ -358,15 +358,34 @@ def exports(data: Any) -> dict:
             "sbatch_script": sbatch_script(v.spec)}
 
 
-def dry_run(data: Any, cuda: bool) -> dict:
+def attention_that_runs(plan: Plan, cuda: bool, installed: list[str] | None = None) -> dict:
+    """Which attention kernel a run of this plan actually runs on a machine: the plan's on CUDA when that machine
+    has it (`installed`: worker/capabilities.py's list; None: not known), sdpa on CPU ranks; None when the run would
+    fail at model load (a flash kernel that is not installed)."""
+    asked = plan.training.attn_implementation
+    runs = effective_attn(plan, cuda)
+    if not cuda and asked != runs:
+        note = f"{asked} needs CUDA: these CPU ranks run {runs}"
+    elif installed is not None and runs not in installed:
+        return {"requested": asked, "runs": None,
+                "note": f"{asked} is not installed here (this machine has {', '.join(installed)}): the run would fail "
+                        "when the model loads"}
+    else:
+        note = f"{runs} as planned"
+    return {"requested": asked, "runs": runs, "note": note}
+
+
+def dry_run(data: Any, cuda: bool, installed: list[str] | None = None) -> dict:
     """What `ulab train --dry-run` prints: the defaulted plan and the settings it turns into on this machine
-    (`cuda` False: CPU ranks, gloo, sdpa). Raises ValueError naming the first broken field."""
+    (`cuda` False: CPU ranks, gloo, sdpa), with the attention kernel that will actually run (`installed`: the
+    kernels this machine has). Raises ValueError naming the first broken field."""
     spec = as_spec(data)
     plan = spec.plan
     stages = plan.stages() or [StagePlan(seq_len=plan.training.seq_len, steps=0, learning_rate=0.0,
                                          warmup_steps=0, lr_scheduler="constant")]
     first = stages[0]
     return {"plan": plan.effective(), "device": "cuda" if cuda else "cpu",
-            "deepspeed": deepspeed_config(spec), "parallelism": parallelism(spec, first.seq_len, cuda),
+            "attention": attention_that_runs(plan, cuda, installed), "deepspeed": deepspeed_config(spec),
+            "parallelism": parallelism(spec, first.seq_len, cuda),
             "training_args": training_arguments(plan, first, cuda), "stop_grace_s": stop_grace_s(spec),
             "stages": [s.model_dump() for s in plan.stages()]}

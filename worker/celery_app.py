@@ -7,7 +7,10 @@ start a run twice.
 """
 from __future__ import annotations
 
+import logging
+
 from celery import Celery
+from celery.signals import worker_ready, worker_shutdown
 
 from backend.core.queue import broker_config, broker_url, queue_for
 from backend.core.settings import get_settings
@@ -29,6 +32,7 @@ def make_celery() -> Celery:
 
 
 celery_app = make_celery()
+log = logging.getLogger(__name__)
 
 
 def start_worker(gpu_type: str | None, gpus: int, loglevel: str = "info") -> None:
@@ -42,3 +46,31 @@ def start_worker(gpu_type: str | None, gpus: int, loglevel: str = "info") -> Non
     celery_app.conf.ulab_gpus = gpus
     celery_app.worker_main(["worker", "--pool", "solo", "--concurrency", "1", "--loglevel", loglevel,
                             "--queues", ",".join(queues), "--without-gossip", "--without-mingle"])
+
+
+@worker_ready.connect
+def report_capabilities(sender=None, **_) -> None:
+    """At start: this worker's library versions, attention kernels and GPU model (worker/capabilities.py), shown at
+    GET /api/workers and checked when a run of its queue is approved. A failure to report is logged, not fatal."""
+    try:
+        from backend.core.db import session_scope
+        from backend.workers import service
+        from worker.capabilities import capabilities
+
+        queues = sorted(q.name for q in sender.task_consumer.queues)
+        with session_scope() as s:
+            service.report(s, sender.hostname, queues, capabilities())
+    except Exception:  # noqa: BLE001
+        log.exception("could not report this worker's capabilities")
+
+
+@worker_shutdown.connect
+def report_stopped(sender=None, **_) -> None:
+    try:
+        from backend.core.db import session_scope
+        from backend.workers import service
+
+        with session_scope() as s:
+            service.stopped(s, sender.hostname)
+    except Exception:  # noqa: BLE001
+        log.exception("could not report this worker's shutdown")

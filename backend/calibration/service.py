@@ -112,12 +112,18 @@ def load_results(session: Session, directory: Path) -> int:
     Columns: `plan` (the plan as JSON, or a path to a plan file relative to the CSV's folder) and any of
     `peak_allocated_gib` (or `measured_allocated_gib`), `reserved_gib` (or `peak_reserved_gib`,
     `measured_reserved_gib`), `device_total_gib` (or `nvidia_smi_gib`) and `tokens_per_s`: bench/gpu_check.py
-    writes these. Lines starting with # are comments. A row whose plan is not valid is skipped (logged)."""
+    writes these. A row with a `status` other than "ok" (oom, timeout, failed, skipped) is not loaded: an OOM's
+    peak is the allocation that failed, not a run's peak. Lines starting with # are comments. A row whose plan is
+    not valid is skipped (logged)."""
     n = 0
     for path in sorted(Path(directory).glob("gpu-*.csv")):
         with open(path, newline="") as f:
             rows = list(csv.DictReader(line for line in f if line.strip() and not line.startswith("#")))
         for i, r in enumerate(rows):
+            status = (r.get("status") or "ok").strip()
+            if status != "ok":  # an OOM, timed-out, failed or skipped row measured no finished run
+                log.info("%s row %d: status %r, not a measurement", path.name, i + 1, status)
+                continue
             raw = (r.get("plan") or "").strip()
             try:
                 plan = json.loads(raw) if raw.startswith("{") else json.loads((path.parent / raw).read_text())

@@ -2,6 +2,7 @@ import { api } from "./lib/api";
 import { AuthProvider, useAuth } from "./lib/auth";
 import { navigate, useRoute } from "./lib/route";
 import { CalibrationPage } from "./pages/Calibration";
+import { WorkersPage } from "./pages/Workers";
 import { Compare } from "./pages/Compare";
 import { Planner } from "./pages/planner/Planner";
 import { RunPage } from "./pages/run/RunPage";
@@ -49,11 +50,13 @@ function Shell() {
   else if (page === "runs" && arg && /^\d+$/.test(arg)) body = <RunPage key={arg} id={Number(arg)} />;
   else if (page === "runs") body = <Runs />;
   else if (page === "calibration") body = <CalibrationPage />;
+  else if (page === "workers") body = <WorkersPage />;
   else if (page === "compare") {
     const ids = (route.query.get("ids") ?? "").split(",").map(Number).filter((n) => Number.isInteger(n) && n > 0);
     body = <Compare ids={ids} />;
   } else body = <Planner key={route.query.get("plan") ?? ""} query={route.query} />;
-  const active = page === "runs" || page === "compare" || page === "signin" || page === "calibration" ? page : "planner";
+  const active = page === "runs" || page === "compare" || page === "signin" || page === "calibration"
+    || page === "workers" ? page : "planner";
   return (
     <div className="app">
       <header className="topbar">
@@ -63,6 +66,7 @@ function Shell() {
           <a href="#/runs" className={active === "runs" ? "active" : ""} data-testid="nav-runs">Runs</a>
           <a href="#/compare" className={active === "compare" ? "active" : ""} data-testid="nav-compare">Compare</a>
           <a href="#/calibration" className={active === "calibration" ? "active" : ""} data-testid="nav-calibration">Calibration</a>
+          <a href="#/workers" className={active === "workers" ? "active" : ""} data-testid="nav-workers">Workers</a>
         </nav>
         <Who />
       </header>

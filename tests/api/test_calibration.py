@@ -153,22 +153,20 @@ def test_a_cpu_run_is_filed_apart_from_the_gpu_it_plans_for(client, tokens, poin
 
 def test_gpu_check_results_load_as_measured_rows(app_env, tmp_path):
     # the file `make gpu-check` writes (bench/gpu_check.py) is the file the API loads: one format, tested together
-    import importlib.util
 
     from backend.calibration.service import load_results
     from backend.core.db import session_scope
-
-    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "bench" / "gpu_check.py")
-    gpu_check = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gpu_check)
+    from bench import gpu_check
     plan = qwen_plan(seq_len=16384)
     row = {"model": "qwen", "seq_len": 16384, "features": "base", "kernel": "sdpa", "status": "ok",
            "plan": json.dumps(plan), "measured_allocated_gib": 30.5, "predicted_allocated_gib": 29.0,
            "measured_reserved_gib": 33.0, "nvidia_smi_gib": 34.2, "predicted_device_gib": 33.5,
            "step_time_s": 4.0, "tokens_per_s": 32768.0, "mfu": 0.4}
-    gpu_check.write_results([row, {**row, "status": "skipped (time budget)", "plan": ""}], tmp_path / "gpu-x.csv")
+    for r in [row, {**row, "status": "skipped (time budget)", "plan": ""}, {**row, "status": "oom"},
+              {**row, "status": "timeout"}, {**row, "status": "failed"}]:
+        gpu_check.append_row(tmp_path / "gpu-x.csv", r)
     with session_scope() as s:
-        assert load_results(s, tmp_path) == 1  # the skipped row has no plan
+        assert load_results(s, tmp_path) == 1  # OOM, timed-out, failed and skipped rows are no measurements
     from sqlalchemy import select
 
     from backend.calibration.models import CalibrationPoint

@@ -71,3 +71,15 @@ def test_same_flow_on_embedded_defaults(tmp_path, corpus):
         assert (tmp_path / "embedded" / "ulab.db").is_file() and (tmp_path / "embedded" / "broker.db").is_file()
     finally:
         s.stop()
+
+
+def test_the_worker_reported_what_it_can_run(api, trained_run):
+    """At start the Celery worker reported its versions, kernels and GPU (none here) (worker/capabilities.py); it
+    trained a run since, so it has started."""
+    import torch
+
+    workers = [w for w in api.get("/api/workers").json() if "gpu-h100-80gb" in w["queues"] and not w["stopped_at"]]
+    assert workers, api.get("/api/workers").text
+    w = workers[0]
+    assert w["versions"]["torch"] == torch.__version__ and w["versions"]["deepspeed"]
+    assert w["gpu_model"] is None and w["gpu_count"] == 0 and "sdpa" in w["attn_implementations"]

@@ -163,3 +163,23 @@ def test_every_step_trains_the_next_consecutive_rows_whatever_the_layout(sp, dp,
             trained.setdefault(k // gas, []).extend(step_row(i, **layout) for i in micro)
     for s in range(steps):
         assert sorted(trained[s]) == list(range(s * per_step, (s + 1) * per_step)), (s, trained[s])
+
+
+def test_a_steps_target_count_from_the_rows_is_what_its_samples_hold():
+    """UlyssesTrainer counts N (the step's target tokens) from the rows instead of an all_reduce per step: for any
+    layout, step k's count must be the targets of exactly the samples step_row sends to step k."""
+    from worker.trainer.sp_trainer import PackedRows
+
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 50, size=(13, 16))
+    labels[rng.random(labels.shape) < 0.3] = -100
+    rows = {"input_ids": labels.clip(0), "position_ids": np.tile(np.arange(16), (13, 1)), "labels": labels}
+    targets = (labels[:, 1:] != -100).sum(axis=1)
+    for sp, dp, ga, mb in [(1, 1, 1, 1), (2, 1, 1, 1), (2, 2, 2, 1), (4, 1, 3, 2), (1, 3, 2, 2)]:
+        per_step, steps, offset = mb * ga * dp, 5, 7
+        ds = PackedRows(rows, offset=offset, length=steps * per_step, sp=sp, dp=dp, grad_accum=ga, micro_batch=mb)
+        by_step = [0] * steps
+        for i in range(len(ds)):
+            r = step_row(i, sp=sp, dp=dp, grad_accum=ga, micro_batch=mb)
+            by_step[r // per_step] += int(targets[(offset + r) % 13])
+        assert [ds.step_targets(k) for k in range(steps)] == by_step, (sp, dp, ga, mb)

@@ -107,7 +107,10 @@ def run_dry(plan_path: Path) -> int:
     except PlanError as e:
         _say(f"error: {e}")
         return EXIT_BAD_INPUT
-    print(json.dumps(dry_run(spec.spec, cuda=torch.cuda.is_available()), indent=1))
+    from worker.capabilities import capabilities
+
+    print(json.dumps(dry_run(spec.spec, cuda=torch.cuda.is_available(),
+                             installed=capabilities()["attn_implementations"]), indent=1))
     return EXIT_OK
 
 

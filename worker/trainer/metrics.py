@@ -82,7 +82,7 @@ class TensorMemoryTracker(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        for t in tree_flatten(out)[0]:
+        for t in ((out,) if isinstance(out, torch.Tensor) else tree_flatten(out)[0]):  # most ops: one tensor
             if isinstance(t, torch.Tensor) and t.device.type != "meta":
                 try:
                     self._add(t.untyped_storage(), created=True)

@@ -34,6 +34,16 @@ class PackedRows(Dataset):
         self.n = self.rows["input_ids"].shape[0]
         self.offset, self.length = offset, length
         self.layout = {"sp": sp, "dp": dp, "grad_accum": grad_accum, "micro_batch": micro_batch}
+        self.per_step = micro_batch * grad_accum * dp
+        # target tokens of each row after the causal shift (what every rank's shift_labels count adds up to)
+        self.targets = (self.rows["labels"][:, 1:] != -100).sum(dim=1).tolist() if "labels" in self.rows else None
+
+    def step_targets(self, k: int) -> int:
+        """N of the dataset's k-th optimizer step: the target tokens of the rows it trains (data.step_row: step k
+        trains rows offset + k*P .. offset + k*P + P-1), the same number every rank's all_reduce would give."""
+        assert self.targets is not None
+        first = self.offset + k * self.per_step
+        return sum(self.targets[(first + j) % self.n] for j in range(self.per_step))
 
     def __len__(self) -> int:
         return self.length
@@ -47,7 +57,7 @@ class UlyssesTrainer(Trainer):
     loss_is_scaled_for_ga = True
 
     def __init__(self, *args, sp_size: int = 1, zero_stage: int = 0, tiled_logits: bool = False,
-                 checkpoint_offload: bool = False, **kwargs):
+                 checkpoint_offload: bool = False, first_step: int = 0, **kwargs):
         super().__init__(*args, **kwargs)  # applies Liger's kernels to the model when args.use_liger_kernel
         self.tiled_logits = tiled_logits
         # Liger's fused linear cross-entropy (no logits tensor): the model computes the loss from shift_labels.
@@ -63,7 +73,9 @@ class UlyssesTrainer(Trainer):
         # norm, and so gradient clipping, agree across ZeRO stages; Adam's update does not depend on the scale.
         self.grad_factor = sp_size if (zero_stage == 3 and sp_size > 1) else 1
         self._scale = 1.0
-        self.step_loss = torch.zeros((), dtype=torch.float64)  # this rank's share of the step's loss
+        self.first_step = first_step  # global_step when this Trainer starts (a resumed stage: the checkpoint's)
+        self.targets_checked = False  # N counted locally is checked against the all_reduce once per stage
+        self.step_loss: torch.Tensor | None = None  # this rank's share of the step's loss (on its device)
         self.step_tokens = 0  # input tokens this rank processed in the step (its shards)
         self.step_targets = 0  # N of the step (whole world)
         self.last_grad_norm = None
@@ -81,15 +93,31 @@ class UlyssesTrainer(Trainer):
                 n += int((b["shift_labels"] != -100).sum())
             else:
                 n += int((b["labels"][..., 1:] != -100).sum())
-        t = torch.tensor([n], dtype=torch.int64, device=device)
-        if torch.distributed.is_initialized():
-            torch.distributed.all_reduce(t)
-        total = int(t.item())
+        ds = self.train_dataset
+        if isinstance(ds, PackedRows) and ds.targets is not None:
+            # every rank holds the stage's rows: N of the step without a collective (and no host-device sync on a
+            # GPU). The first step of the stage checks it against the all_reduce it replaces.
+            total = ds.step_targets(self.state.global_step - self.first_step)
+            if not self.targets_checked:
+                self.targets_checked = True
+                summed = self._all_reduce_count(n, device)
+                if summed != total:
+                    raise RuntimeError(f"target tokens of step {self.state.global_step + 1}: {summed} counted by the "
+                                       f"ranks, {total} from the rows (data.step_row's layout does not hold)")
+        else:
+            total = self._all_reduce_count(n, device)
         if total == 0:
             raise RuntimeError("a training step has no target tokens (all labels are -100)")
         self._scale = self.dp * self.grad_factor / total
         self.step_targets = total
         return total
+
+    @staticmethod
+    def _all_reduce_count(n: int, device) -> int:
+        t = torch.tensor([n], dtype=torch.int64, device=device)
+        if torch.distributed.is_initialized():
+            torch.distributed.all_reduce(t)
+        return int(t.item())
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         inputs = dict(inputs)
@@ -116,7 +144,8 @@ class UlyssesTrainer(Trainer):
             logits = outputs.logits.float()
             loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), shift_labels.view(-1),
                                                      ignore_index=-100, reduction="sum") * self._scale
-        self.step_loss += loss.detach().double().cpu() / (self.dp * self.grad_factor)
+        part = loss.detach().double() / (self.dp * self.grad_factor)  # stays on the device: read once per step
+        self.step_loss = part if self.step_loss is None else self.step_loss + part
         return (loss, outputs) if return_outputs else loss
 
     def training_step(self, model, inputs, num_items_in_batch=None):
@@ -141,8 +170,8 @@ class UlyssesTrainer(Trainer):
         super().log(logs, start_time)
 
     def take_step_figures(self) -> tuple[float, int]:
-        loss, tokens = float(self.step_loss), self.step_tokens
-        self.step_loss.zero_()
+        loss, tokens = (float(self.step_loss) if self.step_loss is not None else 0.0), self.step_tokens
+        self.step_loss = None
         self.step_tokens = 0
         return loss, tokens
 

@@ -38,6 +38,11 @@ from .metrics import MemoryMeter, MetricsWriter, peak_tflops
 from .model import TiledLossHead, build_model, enable_tiled_mlp
 from .net import free_port
 
+# bench/gpu_check.py's switches (not for runs of the service): leave out the last stage's model save (GBs a row, read
+# by nobody there), and let several ranks share one GPU
+SKIP_FINAL_SAVE_ENV = "ULAB_TRAINER_SKIP_FINAL_SAVE"
+SHARE_DEVICE_ENV = "ULAB_TRAINER_SHARE_DEVICE"
+
 
 def setup_distributed() -> tuple[int, int, str]:
     """(rank, world, device type). A single process without torchrun becomes a world of one."""
@@ -45,15 +50,22 @@ def setup_distributed() -> tuple[int, int, str]:
         os.environ.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
                            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())})
     cuda = torch.cuda.is_available()
+    # bench/gpu_check.py's Ulysses row on a one-GPU machine: every rank on the node's devices in turn, over gloo
+    # (NCCL refuses two ranks on one device; gloo serves CUDA tensors by copying through the host)
+    share = os.environ.get(SHARE_DEVICE_ENV) == "1"
     if cuda:
-        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        local = int(os.environ["LOCAL_RANK"])
+        if share:  # Accelerate and DeepSpeed's engine put each rank on cuda:LOCAL_RANK: make that an existing device
+            local %= torch.cuda.device_count()
+            os.environ["LOCAL_RANK"] = str(local)
+        torch.cuda.set_device(local)
     # the node's cores, shared between its ranks (torchrun leaves each at OMP_NUM_THREADS=1): torch's CPU ops on CPU
     # ranks, DeepSpeedCPUAdam's OpenMP loop with the optimizer offloaded
     share_cores(int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     import deepspeed
 
     # on CPU, Accelerate's SP set-up asserts unless DeepSpeed's comm is up before the Trainer is built
-    deepspeed.comm.init_distributed(dist_backend="nccl" if cuda else "gloo")
+    deepspeed.comm.init_distributed(dist_backend="nccl" if cuda and not share else "gloo")
     return torch.distributed.get_rank(), torch.distributed.get_world_size(), "cuda" if cuda else "cpu"
 
 
@@ -126,7 +138,8 @@ def run_stage(spec, run_dir: Path, stage_index: int, *, resume_from: Path | None
               "document support)", flush=True)
     trainer = UlyssesTrainer(model=model, args=args, train_dataset=dataset, data_collator=default_data_collator,
                              sp_size=spec.sp_size, zero_stage=spec.zero_stage,
-                             tiled_logits=spec.tiled_logits_loss, checkpoint_offload=spec.checkpoint_offload)
+                             tiled_logits=spec.tiled_logits_loss, checkpoint_offload=spec.checkpoint_offload,
+                             first_step=steps_done if resume_from else 0)
     if spec.tiled_mlp:  # after the Trainer applied Liger (if asked): TiledMLP tiles the MLP forward the model has now
         enable_tiled_mlp(model)
     cb = StepMetricsCallback(trainer, writer=writer, step_offset=step_offset, stage_index=stage_index,
@@ -169,7 +182,8 @@ def run_stage(spec, run_dir: Path, stage_index: int, *, resume_from: Path | None
     head = model.get_output_embeddings()
     if isinstance(head, TiledLossHead):  # save a plain model (stage i+1 and users load it as such)
         model.set_output_embeddings(head.head)
-    if not cb.stopped_by_signal:
+    last_stage = stage_index == len(spec.stages) - 1
+    if not cb.stopped_by_signal and not (last_stage and os.environ.get(SKIP_FINAL_SAVE_ENV) == "1"):
         trainer.save_model(str(Path(run_dir) / "stages" / f"stage{stage_index}"))
     trainer.accelerator.free_memory()
     engine = getattr(trainer, "model_wrapped", None)

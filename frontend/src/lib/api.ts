@@ -25,6 +25,7 @@ export type SpMethods = Schemas["SpMethods"];
 export type Calibration = Schemas["Calibration"];
 export type PlanImport = Schemas["PlanImport"];
 export type PlanImported = Schemas["PlanImported"];
+export type WorkerInfo = Schemas["WorkerOut"];
 export type RunEvent = Schemas["EventOut"];
 /** A stored plan: the API stores it with every default filled in. */
 export type StoredPlan = Omit<Schemas["PlanOut"], "plan"> & { plan: Plan };
@@ -125,6 +126,7 @@ export const api = {
   runFix: (id: number) => request<Fix>("GET", `/api/runs/${id}/fix`),
   spMethods: (plan: Plan) => request<SpMethods>("POST", "/api/estimate/sp-methods", plan),
   calibration: () => request<Calibration>("GET", "/api/calibration"),
+  workers: () => request<WorkerInfo[]>("GET", "/api/workers"),
   createPlan: (plan: Plan, name?: string) => request<StoredPlan>("POST", "/api/plans", { ...plan, name }),
   planDefaults: () => request<PlanDefaults>("GET", "/api/plans/defaults"),
   importPlan: (body: PlanImport) => request<PlanImported>("POST", "/api/plans/import", body),

@@ -1,0 +1,14 @@
+"""HTTP: workers — what each worker reported it can run when it started."""
+from fastapi import APIRouter
+
+from backend.api.deps import Reader, SessionDep
+from backend.workers import service
+from backend.workers.schemas import WorkerOut
+
+router = APIRouter(prefix="/api/workers", tags=["workers"])
+
+
+@router.get("")
+def workers(session: SessionDep, _: Reader) -> list[WorkerOut]:
+    """Every worker that reported: running ones first; its library versions, attention kernels and GPU model."""
+    return [WorkerOut.model_validate(w) for w in service.list_workers(session)]

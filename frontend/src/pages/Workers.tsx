@@ -1,0 +1,53 @@
+import { useEffect, useState } from "react";
+import { api, type WorkerInfo } from "../lib/api";
+
+const LIBS: [string, string][] = [
+  ["torch", "torch"], ["cuda", "CUDA"], ["deepspeed", "DeepSpeed"], ["transformers", "Transformers"],
+  ["accelerate", "Accelerate"], ["flash_attn", "flash-attn 2"], ["flash_attn_3", "flash-attn 3"], ["liger_kernel", "Liger"],
+];
+
+/** What each worker reported it can run when it started: library versions, attention kernels, GPU model. Approval
+ * refuses a run whose attention kernel or Liger no running worker of its queue has. */
+export function WorkersPage() {
+  const [workers, setWorkers] = useState<WorkerInfo[] | null>(null);
+  const [error, setError] = useState("");
+  useEffect(() => {
+    api.workers().then(setWorkers).catch((e) => setError((e as Error).message));
+  }, []);
+  if (error) return <div className="card error">Could not load workers: {error}</div>;
+  if (!workers) return <div className="muted">loading workers…</div>;
+  return (
+    <div data-testid="workers-page">
+      <div className="card">
+        <h2>Workers</h2>
+        <div className="muted">What each worker reported when it started. Approving a run checks that a running worker of
+          its queue has the plan's attention kernel (training.attn_implementation) and Liger; a worker without a GPU runs
+          every attention as sdpa.</div>
+      </div>
+      <div className="card">
+        {workers.length === 0 ? <div className="muted">No worker has reported yet.</div> : (
+          <div className="table-wrap">
+            <table data-testid="workers-table">
+              <thead>
+                <tr><th>worker</th><th>state</th><th>queues</th><th>GPU</th>{LIBS.map(([k, label]) => <th key={k}>{label}</th>)}
+                  <th>attention kernels</th></tr>
+              </thead>
+              <tbody>
+                {workers.map((w) => (
+                  <tr key={w.name} data-testid="worker-row" className={w.stopped_at ? "muted" : ""}>
+                    <td className="mono">{w.name}</td>
+                    <td>{w.stopped_at ? `stopped ${new Date(w.stopped_at).toLocaleString()}` : `up since ${new Date(w.started_at).toLocaleString()}`}</td>
+                    <td className="mono">{w.queues.join(", ")}</td>
+                    <td>{w.gpu_model ? `${w.gpu_count} × ${w.gpu_model}` : "no GPU (CPU ranks)"}</td>
+                    {LIBS.map(([k]) => <td key={k} className="mono">{w.versions[k] ?? "–"}</td>)}
+                    <td className="mono">{w.attn_implementations.join(", ")}</td>
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+          </div>
+        )}
+      </div>
+    </div>
+  );
+}
