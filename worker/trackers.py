@@ -99,18 +99,18 @@ class MlflowSink:
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
         from mlflow.tracking import MlflowClient
 
-        self.cfg, self.state = cfg, state
+        self.cfg, self.memo = cfg, state
         self.client = MlflowClient(tracking_uri=cfg.mlflow_uri)
 
     def _run(self) -> str:
-        if not self.state.get("run"):
+        if not self.memo.get("run"):
             c = self.client
             exp = c.get_experiment_by_name(self.cfg.project)
             exp_id = exp.experiment_id if exp is not None else c.create_experiment(self.cfg.project)
             found = c.search_runs([exp_id], f"tags.`ulab.run_id` = '{self.cfg.run_id}'", max_results=1)
-            self.state["run"] = found[0].info.run_id if found else c.create_run(
+            self.memo["run"] = found[0].info.run_id if found else c.create_run(
                 exp_id, run_name=f"ulab-run-{self.cfg.run_id}", tags={"ulab.run_id": str(self.cfg.run_id)}).info.run_id
-        return self.state["run"]
+        return self.memo["run"]
 
     def send(self, stored: Stored, first: bool) -> None:
         from mlflow.entities import Metric, Param, RunTag
@@ -138,7 +138,7 @@ class WandbSink:
     name = "wandb"
 
     def __init__(self, cfg: TrackerConfig, state: dict):
-        self.cfg, self.state = cfg, state
+        self.cfg, self.memo = cfg, state
         self.opened = 0
 
     def send(self, stored: Stored, first: bool) -> None:
@@ -172,7 +172,7 @@ class TensorBoardSink:
     name = "tensorboard"
 
     def __init__(self, cfg: TrackerConfig, state: dict):
-        self.cfg, self.state = cfg, state
+        self.cfg, self.memo = cfg, state
 
     def send(self, stored: Stored, first: bool) -> None:
         from tensorboard.summary import Writer
@@ -213,24 +213,24 @@ class Forwarder:
     def __post_init__(self) -> None:
         path = self.cfg.run_dir / STATE_FILE
         if path.is_file():
-            self.state = json.loads(path.read_text())
+            self.memo = json.loads(path.read_text())
         for name in self.report_to:
-            self.state.setdefault(name, {"step": 0, "params": False, "done": False})
+            self.memo.setdefault(name, {"step": 0, "params": False, "done": False})
 
     def _save(self) -> None:
         path = self.cfg.run_dir / STATE_FILE
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.state))
+        tmp.write_text(json.dumps(self.memo))
         tmp.replace(path)
 
     @property
     def done(self) -> bool:
-        return all(self.state[n]["done"] for n in self.report_to)
+        return all(self.memo[n]["done"] for n in self.report_to)
 
     def pump(self) -> bool:
         """One round for each tracker that is due; answers whether every tracker has everything."""
         for name in self.report_to:
-            st = self.state[name]
+            st = self.memo[name]
             if st["done"] or time.monotonic() < self._next.get(name, 0.0):
                 continue
             stored = self.read(st["step"])
