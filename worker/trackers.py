@@ -204,7 +204,7 @@ class Forwarder:
     report_to: list[str]
     read: Callable[[int], Stored]  # after_step -> what the API stored
     retry_s: float = 2.0
-    state: dict = field(default_factory=dict)
+    memo: dict = field(default_factory=dict)
     _sinks: dict[str, Sink] = field(default_factory=dict)
     _wait: dict[str, float] = field(default_factory=dict)
     _next: dict[str, float] = field(default_factory=dict)

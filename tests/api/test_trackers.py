@@ -44,7 +44,7 @@ def forwarder(run_id, run_dir: Path, tracker: str, **cfg):
 def pump_until_done(fwd, timeout_s=60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not fwd.pump():
-        assert time.monotonic() < deadline, fwd.state
+        assert time.monotonic() < deadline, fwd.memo
         time.sleep(0.05)
 
 
@@ -60,15 +60,15 @@ def run_with_outage(client, tokens, tmp_path, tracker, down, up, **cfg):
     fwd = forwarder(run_id, run_dir, tracker, **cfg)
     ingest(client, admin, run_id, points(range(1, 6)))
     assert not fwd.pump()
-    assert fwd.state[tracker]["step"] == 4  # step 5 is the newest: its other ranks may still be on their way
+    assert fwd.memo[tracker]["step"] == 4  # step 5 is the newest: its other ranks may still be on their way
     down()
     ingest(client, admin, run_id, points(range(6, STEPS + 1)))
     assert not fwd.pump()
-    assert fwd.state[tracker]["step"] == 4  # nothing was lost: the cursor waits
+    assert fwd.memo[tracker]["step"] == 4  # nothing was lost: the cursor waits
     up()
     assert transitions.finish(run_id, 1, RunState.SUCCEEDED, None, last_step=STEPS)
     pump_until_done(fwd)
-    assert fwd.state[tracker] == {**fwd.state[tracker], "step": STEPS, "done": True}
+    assert fwd.memo[tracker] == {**fwd.memo[tracker], "step": STEPS, "done": True}
     return run_id
 
 
