@@ -136,41 +136,46 @@ def summarize(data: Any, measured: list[dict], device: str) -> dict:
     fits: dict[str, dict] = {}
     source: dict[str, str] = {}
     direct = next((m for m in ok if m["depth"] == depth), None)
+    reduced = [m for m in ok if m["depth"] != depth]  # the line is fitted on these only
+    check: dict[str, dict] = {}  # with the full depth measured too: how far the line lands from it
     for q in MEMORY:
         per_rank: list[float | None] = []
         for r in range(world):
-            xs, ys = _rank_values(ok, q, r)
-            if direct is not None and q in (direct["ranks"][r] if r < len(direct["ranks"]) else {}):
-                per_rank.append(direct["ranks"][r][q])
-                continue
-            if len(set(xs)) < 2:
-                per_rank.append(None)
-                continue
-            line = fit_line(xs, ys)
-            per_rank.append(at(line, depth))
-            if r == 0:
+            xs, ys = _rank_values(reduced, q, r)
+            line = fit_line(xs, ys) if len(set(xs)) >= 2 else None
+            if line is not None and r == 0:
                 fits[q] = {k: _round(x, 6) for k, x in line.items()}
+            full_value = direct["ranks"][r].get(q) if direct is not None and r < len(direct["ranks"]) else None
+            if full_value is not None and line is not None:
+                mine = check.setdefault(q, {"extrapolated": [], "measured": [], "error": []})
+                mine["extrapolated"].append(_round(at(line, depth)))
+                mine["measured"].append(_round(full_value))
+                mine["error"].append(_round(at(line, depth) / full_value - 1) if full_value else None)
+            per_rank.append(full_value if full_value is not None else (at(line, depth) if line else None))
         values = [x for x in per_rank if x is not None]
         extrapolated[q] = _round(max(values)) if values else None
         extrapolated[f"{q}_per_rank"] = [_round(x) for x in per_rank] if values else None
         source[q] = "not measured" if not values else ("measured" if direct is not None else "extrapolated")
-    xs = [float(m["depth"]) for m in ok if m.get("step_time_s")]
-    ys = [float(m["step_time_s"]) for m in ok if m.get("step_time_s")]
+    xs = [float(m["depth"]) for m in reduced if m.get("step_time_s")]
+    ys = [float(m["step_time_s"]) for m in reduced if m.get("step_time_s")]
+    step_line = fit_line(xs, ys) if len(set(xs)) >= 2 else None
+    if step_line is not None:
+        fits["step_time_s"] = {k: _round(x, 6) for k, x in step_line.items()}
     step_time: float | None = None
+    source["step_time_s"] = "not measured"
     if direct is not None and direct.get("step_time_s"):
         step_time = float(direct["step_time_s"])
         source["step_time_s"] = "measured"
-    elif len(set(xs)) >= 2:
-        line = fit_line(xs, ys)
-        fits["step_time_s"] = {k: _round(x, 6) for k, x in line.items()}
-        step_time = at(line, depth)
+        if step_line is not None:
+            check["step_time_s"] = {"extrapolated": _round(at(step_line, depth), 6), "measured": _round(step_time, 6),
+                                    "error": _round(at(step_line, depth) / step_time - 1)}
+    elif step_line is not None:
+        step_time = at(step_line, depth)
         source["step_time_s"] = "extrapolated"
-    else:
-        source["step_time_s"] = "not measured"
     extrapolated["step_time_s"] = _round(step_time, 6)
     extrapolated["tokens_per_s"] = _round(tokens_per_step(spec) / step_time, 1) if step_time else None
     source["tokens_per_s"] = source["step_time_s"]
-    warnings += _warnings(spec, ok, fits, device)
+    warnings += _warnings(spec, reduced, fits, device)
     failed = [m for m in measured if m.get("status") != "ok"]
     if len(ok) < 2 and direct is None:
         warnings.append("fewer than two depths ran to the end: nothing to extrapolate from")
@@ -186,7 +191,7 @@ def summarize(data: Any, measured: list[dict], device: str) -> dict:
         predicted["verdict"] = est["memory"]["verdict"]
     return {"plan_depth": depth, "depths": [m["depth"] for m in measured], "device": device, "world": world,
             "gpu": spec.gpu.name, "gpu_capacity_gib": capacity, "tokens_per_step": tokens_per_step(spec),
-            "measured": measured, "extrapolated": extrapolated, "fits": fits, "source": source,
+            "measured": measured, "extrapolated": extrapolated, "fits": fits, "source": source, "check": check,
             "predicted": predicted, "verdict": verdict(extrapolated, failed, capacity, device),
             "warnings": warnings}
 

@@ -58,6 +58,10 @@ def test_full_depth_is_measured_not_extrapolated():
     assert r["extrapolated"]["peak_allocated_gib"] == pytest.approx(9.6)
     assert r["extrapolated"]["step_time_s"] == pytest.approx(0.9)
     assert r["source"]["peak_allocated_gib"] == "measured" and r["source"]["step_time_s"] == "measured"
+    # the line through 1 and 2 layers lands at 9.0 for 8 layers: the check states its error against the measurement
+    assert r["check"]["peak_allocated_gib"]["extrapolated"] == [9.0, 9.0]
+    assert r["check"]["peak_allocated_gib"]["error"] == pytest.approx([9.0 / 9.5 - 1, 9.0 / 9.6 - 1], abs=1e-4)
+    assert r["check"]["step_time_s"]["error"] == pytest.approx(0.8 / 0.9 - 1, abs=1e-4)
 
 
 def test_an_oom_at_reduced_depth_is_a_result():
