@@ -18,6 +18,7 @@ from backend.executors.base import slurm_configured
 from backend.metrics.router import router as metrics_router
 from backend.plans.router import router as plans_router
 from backend.runs.lifecycle import supervise_forever
+from backend.runs.router import plan_probes
 from backend.runs.router import router as runs_router
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,7 @@ def create_app() -> FastAPI:
     app.include_router(auth_router)
     app.include_router(plans_router)
     app.include_router(runs_router)
+    app.include_router(plan_probes)
     app.include_router(metrics_router)
     app.include_router(calibration_router)
 

@@ -122,7 +122,14 @@ def launch(run: Run, settings, node_rank: int, rdzv_endpoint: str | None):
     if rdzv_endpoint:
         env.update(ULAB_RDZV_ENDPOINT=rdzv_endpoint, ULAB_NODE_RANK=str(node_rank),
                    ULAB_RDZV_ID=f"ulab-run{run.id}-attempt{run.attempt}")
-    proc = start_group(trainer_command(plan_path, run_dir, run.attempt, run.resume_from), log_path, env=env)
+    if run.kind == "probe":  # the plan at reduced depth (worker/probe.py), each depth a `ulab train` of its own
+        request = run.probe_request or {}
+        cmd = [sys.executable, "-m", "worker.probe", "--plan", str(plan_path), "--out", str(run_dir),
+               "--depths", ",".join(str(d) for d in request.get("depths", [1, 2, 4])),
+               "--steps", str(request.get("steps", 4))]
+    else:
+        cmd = trainer_command(plan_path, run_dir, run.attempt, run.resume_from)
+    proc = start_group(cmd, log_path, env=env)
     log.info("run %s node %s: started trainer pid %s in %s", run.id, node_rank, proc.pid, run_dir)
     return AttemptProcesses(proc, lock, run.attempt), run_dir, log_path
 
@@ -259,6 +266,8 @@ def supervise(run: Run, settings) -> str:
     log.info("run %s: %s (exit code %s)", run.id, state.value, code)
     if state in (RunState.SUCCEEDED, RunState.OOM, RunState.FAILED) and shipper.last_step > 0:
         record_calibration(run.id)
+    if run.kind == "probe" and state == RunState.SUCCEEDED:
+        record_probe(run.id)
     return state.value
 
 
@@ -273,6 +282,19 @@ def record_calibration(run_id: int) -> None:
                 record_run(session, run)
     except Exception:  # noqa: BLE001 - calibration is a by-product of a run, not part of its outcome
         log.exception("run %s: could not record its calibration point", run_id)
+
+
+def record_probe(run_id: int) -> None:
+    """Store a probe's result with its plan and in the calibration store (backend/runs/probe.py)."""
+    from backend.runs.probe import record_probe as store
+
+    try:
+        with session_scope() as session:
+            run = session.get(Run, run_id)
+            if run is not None and store(session, run) is None:
+                log.warning("probe run %s left no %s in %s", run_id, "probe.json", run.run_dir)
+    except Exception:  # noqa: BLE001 - the probe's own log keeps what it measured
+        log.exception("probe run %s: could not store its result", run_id)
 
 
 def supervise_node(run: Run, node_rank: int, settings) -> str:

@@ -1,0 +1,86 @@
+"""POST /api/plans/{id}/probe (backend/runs/probe.py): bad input answers at once, naming the field; a plan whose queue
+no worker serves is refused, not queued to wait; a finished probe's result is stored with the plan and filed in the
+calibration store (CPU ranks apart from the GPU type)."""
+from __future__ import annotations
+
+import json
+import time
+
+from plan.probe import summarize
+from tests.api.conftest import as_role
+from tests.tiny import tiny_plan
+
+
+def _plan_id(client, admin, layers: int = 8) -> int:
+    p = tiny_plan()
+    p["model"]["config"]["num_hidden_layers"] = layers
+    r = client.post("/api/plans", json={"name": "probe me", **p}, headers=admin)
+    assert r.status_code == 201, r.text
+    return r.json()["id"]
+
+
+def test_bad_probe_requests_name_the_field(client, tokens):
+    admin = as_role(client, tokens, "admin")
+    plan_id = _plan_id(client, admin, layers=4)
+    r = client.post(f"/api/plans/{plan_id}/probe", json={"depths": [1, 2, 8]}, headers=admin)
+    assert r.status_code == 422 and r.json()["detail"][0]["field"] == "depths" and "4 layers" in r.text
+    r = client.post(f"/api/plans/{plan_id}/probe", json={"steps": 1}, headers=admin)
+    assert r.status_code == 422 and "steps" in r.text
+    r = client.post(f"/api/plans/{plan_id}/probe", json={"depth": [1]}, headers=admin)
+    assert r.status_code == 422 and "depth" in r.text
+    assert client.post("/api/plans/999999/probe", headers=admin).status_code == 404
+    assert client.post(f"/api/plans/{plan_id}/probe", headers=as_role(client, tokens, "viewer")).status_code == 403
+
+
+def test_a_stored_plan_that_no_longer_validates_is_a_422_naming_the_field(client, tokens):
+    from backend.core.db import get_sessionmaker
+    from backend.plans.models import Plan as PlanRow
+
+    admin = as_role(client, tokens, "admin")
+    plan_id = _plan_id(client, admin)
+    with get_sessionmaker()() as s:  # e.g. written by an older version with other rules
+        row = s.get(PlanRow, plan_id)
+        row.spec = {**row.spec, "training": {**row.spec["training"], "zero_stage": 7}}
+        s.commit()
+    r = client.post(f"/api/plans/{plan_id}/probe", headers=admin)
+    assert r.status_code == 422 and r.json()["detail"][0]["field"] == "training.zero_stage"
+
+
+def test_no_worker_on_the_queue_says_so_without_hanging(client, tokens):
+    admin = as_role(client, tokens, "admin")
+    plan_id = _plan_id(client, admin)
+    t0 = time.monotonic()
+    r = client.post(f"/api/plans/{plan_id}/probe", headers=admin)  # the package's broker: nothing consumes it
+    assert time.monotonic() - t0 < 10
+    assert r.status_code == 409, r.text
+    assert "no worker serves the queue gpu-h100-80gb" in r.json()["detail"][0]["message"]
+    assert not [x for x in client.get("/api/runs", headers=admin).json() if x["kind"] == "probe"]
+
+
+def test_a_finished_probe_is_stored_with_the_plan_and_calibration(client, tokens, tmp_path):
+    from backend.core.db import get_sessionmaker
+    from backend.runs.models import Run
+    from backend.runs.probe import record_probe
+
+    admin = as_role(client, tokens, "admin")
+    plan_id = _plan_id(client, admin)
+    spec = client.get(f"/api/plans/{plan_id}", headers=admin).json()["plan"]
+    measured = [{"depth": d, "status": "ok", "reason": None, "step_time_s": 0.1 * d, "tokens_per_s": 512 / d,
+                 "loss_finite": True, "ranks": [{"rank": r, "peak_allocated_gib": 0.01 * d + 0.02,
+                                                 "reserved_gib": None, "device_total_gib": None} for r in (0, 1)]}
+                for d in (1, 2, 4)]
+    (tmp_path / "probe.json").write_text(json.dumps(summarize(spec, measured, "cpu")))
+    with get_sessionmaker()() as s:
+        run = Run(name="probe", plan_id=plan_id, kind="probe", spec=spec, state="succeeded", run_dir=str(tmp_path))
+        s.add(run)
+        s.commit()
+        result = record_probe(s, run)
+        run_id = run.id
+    assert result is not None and result["run_id"] == run_id
+    stored = client.get(f"/api/plans/{plan_id}", headers=admin).json()["probe"]
+    assert stored["extrapolated"]["peak_allocated_gib"] == 0.1 and stored["run_id"] == run_id
+    assert stored["verdict"]["text"].startswith("measured: fits with 80 GiB to spare")
+    points = client.get("/api/calibration", headers=admin).json()["points"]
+    mine = [p for p in points if p["source"] == "probe" and p["run_id"] == run_id]
+    assert len(mine) == 1 and mine[0]["gpu"] == "cpu"  # CPU ranks never enter the H100's rows
+    assert mine[0]["measured_peak_allocated_gib"] == 0.1
