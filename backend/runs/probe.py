@@ -23,6 +23,7 @@ from backend.plans.schemas import ProbeRequest
 from backend.plans.service import get_plan, valid_or_422
 from backend.runs import transitions
 from backend.runs.models import Run
+from plan.probe import DEPTHS
 
 log = logging.getLogger(__name__)
 RESULT = "probe.json"  # worker/probe.py writes it in the run directory
@@ -37,9 +38,10 @@ def submit_probe(session: Session, plan_id: int, body: ProbeRequest, by: Princip
     spec = {k: v for k, v in stored.spec.items() if k != "run"}
     plan = valid_or_422(spec)
     layers = _layers(spec)
-    if any(d > layers for d in body.depths):
+    if body.depths is not None and any(d > layers for d in body.depths):
         raise UserError(422, "depths", f"the model has {layers} layers; probe depths must not exceed it "
                                        f"(asked {sorted(body.depths)})")
+    depths = sorted(set(body.depths or [d for d in DEPTHS if d <= layers]))
     settings = get_settings()
     try:
         executor = executor_name(spec, settings)
@@ -52,8 +54,8 @@ def submit_probe(session: Session, plan_id: int, body: ProbeRequest, by: Princip
                                                  f"start one (ulab worker --gpu-type {gpu_name(spec)}) and probe "
                                                  "again")
     run = Run(name=f"probe of {stored.name or f'plan {stored.id}'}", plan_id=stored.id, kind="probe",
-              spec=plan.effective(), probe_request=body.model_dump(), estimate=stored.estimate,
-              steps=body.steps * len(body.depths), submitted_by=by.token_id, executor=executor)
+              spec=plan.effective(), probe_request={"depths": depths, "steps": body.steps},
+              estimate=stored.estimate, steps=body.steps * len(depths), submitted_by=by.token_id, executor=executor)
     session.add(run)
     transitions.approve(run, by.token_id, forced=False)
     session.commit()
@@ -90,3 +92,20 @@ def record_probe(session: Session, run: Run) -> dict | None:
                     gpu="cpu" if result.get("device") != "cuda" else None)
     session.commit()
     return result
+
+
+def tight_without_probe(session: Session, run: Run) -> str | None:
+    """Why a run may not be approved yet under ULAB_APPROVE_TIGHT_NEEDS_PROBE: its planner verdict is `tight` and its
+    plan has no probe that measured it fitting; None otherwise (also where the estimate states no verdict)."""
+    if not get_settings().approve_tight_needs_probe or run.kind == "probe":
+        return None
+    verdict = ((run.estimate or {}).get("memory") or {}).get("verdict")
+    if verdict != "tight":
+        return None
+    row = session.get(PlanRow, run.plan_id) if run.plan_id is not None else None
+    measured = ((row.probe if row is not None else None) or {}).get("verdict") or {}
+    if measured.get("fits") is True:
+        return None
+    why = measured.get("text") or "it has not been probed"
+    return (f"the planner's verdict is tight and approving a tight plan needs a passing probe "
+            f"(ULAB_APPROVE_TIGHT_NEEDS_PROBE): {why}; measure the plan first (POST /api/plans/{run.plan_id}/probe)")

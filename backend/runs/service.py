@@ -143,6 +143,10 @@ def approve_run(session: Session, run_id: int, by: Principal, force: bool = Fals
     if reason and isinstance(need, int | float) and need > cap:
         raise UserError(409, "estimate.memory", f"{reason}, above the {cap:g} GiB per GPU that even a forced run may "
                                                 "ask for (ULAB_MAX_FORCED_GIB_PER_GPU)")
+    from backend.runs.probe import tight_without_probe
+
+    if run.state == RunState.PENDING_APPROVAL and (unprobed := tight_without_probe(session, run)):
+        raise UserError(409, "probe", unprobed)
     transitions.approve(run, by.token_id, forced=bool(reason))
     session.commit()  # the message goes out only after the approval is committed
     enqueue(run)

@@ -84,3 +84,47 @@ def test_a_finished_probe_is_stored_with_the_plan_and_calibration(client, tokens
     mine = [p for p in points if p["source"] == "probe" and p["run_id"] == run_id]
     assert len(mine) == 1 and mine[0]["gpu"] == "cpu"  # CPU ranks never enter the H100's rows
     assert mine[0]["measured_peak_allocated_gib"] == 0.1
+
+
+def test_an_approver_setting_requires_a_passing_probe_for_a_tight_plan(client, tokens, tmp_path, monkeypatch):
+    from backend.core.db import get_sessionmaker
+    from backend.core.settings import get_settings
+    from backend.plans.models import Plan as PlanRow
+    from backend.runs.models import Run
+
+    admin = as_role(client, tokens, "admin")
+    data = tmp_path / "d.txt"
+    data.write_text("x " * 100)
+
+    def pending_tight() -> int:
+        plan_id = _plan_id(client, admin)
+        run_id = client.post("/api/runs", json={"plan_id": plan_id, "run": {"data": {"path": str(data)}}},
+                             headers=admin).json()["id"]
+        with get_sessionmaker()() as s:  # the planner's verdict (memory.verdict), where the planner states one
+            run = s.get(Run, run_id)
+            run.estimate = {**run.estimate, "memory": {**run.estimate["memory"], "verdict": "tight"}}
+            s.commit()
+        return run_id
+
+    off = pending_tight()  # the setting is off by default: a tight plan is approved as any other
+    assert client.post(f"/api/runs/{off}/approve", headers=admin).status_code == 200
+    monkeypatch.setenv("ULAB_APPROVE_TIGHT_NEEDS_PROBE", "true")
+    get_settings.cache_clear()
+    try:
+        run_id = pending_tight()
+        r = client.post(f"/api/runs/{run_id}/approve", headers=admin)
+        assert r.status_code == 409 and r.json()["detail"][0]["field"] == "probe"
+        assert "it has not been probed" in r.text
+        plan_id = client.get(f"/api/runs/{run_id}", headers=admin).json()["plan_id"]
+        with get_sessionmaker()() as s:
+            s.get(PlanRow, plan_id).probe = {"verdict": {"fits": False, "text": "measured: does not fit, 88 GiB of 80"}}
+            s.commit()
+        r = client.post(f"/api/runs/{run_id}/approve", headers=admin)
+        assert r.status_code == 409 and "measured: does not fit, 88 GiB of 80" in r.text
+        with get_sessionmaker()() as s:
+            s.get(PlanRow, plan_id).probe = {"verdict": {"fits": True, "text": "measured: fits with 11 GiB to spare"}}
+            s.commit()
+        assert client.post(f"/api/runs/{run_id}/approve", headers=admin).status_code == 200
+    finally:
+        monkeypatch.delenv("ULAB_APPROVE_TIGHT_NEEDS_PROBE")
+        get_settings.cache_clear()
