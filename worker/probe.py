@@ -19,6 +19,7 @@ from plan.probe import DEPTHS, STEPS, ProbeError, full_depth, probe_plan, summar
 from worker.trainer.exits import EXIT_OOM, says_out_of_memory
 
 RESULT = "probe.json"
+REQUEST = "probe_request.json"  # beside a Slurm job's plan.json: the job runs a probe (worker/slurm_job.py)
 # the same filler on every rank and depth: the byte tokenizer turns it into ids below 256 (any vocab holds them)
 WORDS = "ulysses splits the sequence across ranks and trades tokens for attention heads in one all to all".split()
 
@@ -115,6 +116,14 @@ def probe(data: dict, out: Path, depths: tuple[int, ...] = DEPTHS, steps: int = 
     result = summarize(data, measured, "cuda" if cuda else "cpu")
     (out / RESULT).write_text(json.dumps(result, indent=1))
     return result
+
+
+def probe_command(plan_path: Path, out: Path, request: dict | None) -> list[str]:
+    """The worker's command for a run of kind "probe" (`request`: {"depths", "steps"} of POST .../probe)."""
+    request = request or {}
+    return [sys.executable, "-m", "worker.probe", "--plan", str(plan_path), "--out", str(out),
+            "--depths", ",".join(str(d) for d in request.get("depths") or DEPTHS),
+            "--steps", str(request.get("steps") or STEPS)]
 
 
 def run_probe_cli(plan_path: Path, out: Path, depths: tuple[int, ...], steps: int, full: bool, text: bool) -> int:

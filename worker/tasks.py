@@ -123,10 +123,9 @@ def launch(run: Run, settings, node_rank: int, rdzv_endpoint: str | None):
         env.update(ULAB_RDZV_ENDPOINT=rdzv_endpoint, ULAB_NODE_RANK=str(node_rank),
                    ULAB_RDZV_ID=f"ulab-run{run.id}-attempt{run.attempt}")
     if run.kind == "probe":  # the plan at reduced depth (worker/probe.py), each depth a `ulab train` of its own
-        request = run.probe_request or {}
-        cmd = [sys.executable, "-m", "worker.probe", "--plan", str(plan_path), "--out", str(run_dir),
-               "--depths", ",".join(str(d) for d in request.get("depths", [1, 2, 4])),
-               "--steps", str(request.get("steps", 4))]
+        from worker.probe import probe_command
+
+        cmd = probe_command(plan_path, run_dir, run.probe_request)
     else:
         cmd = trainer_command(plan_path, run_dir, run.attempt, run.resume_from)
     proc = start_group(cmd, log_path, env=env)
