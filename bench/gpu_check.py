@@ -11,6 +11,9 @@ Not part of `make test`. Without a CUDA device it prints "no CUDA device: GPU ch
    features. Each row: measured max_memory_allocated / max_memory_reserved (the trainer's metrics), nvidia-smi's
    used memory (polled), the planner's prediction, and the error. Written to bench/results/gpu-<gpu>-<date>.csv
    and printed as a table.
+2b. Probe (issue 27): `ulab probe` of the ~1B Llama (1, 2, 4 layers, extrapolated to 16, and its real 16-layer run)
+   and of Llama-3.1-8B's full 32-layer shape (1, 2, 4 layers; the full model does not fit one GPU without offload,
+   so only the planner is beside it). Prints the extrapolation's error against the full run where there is one.
 3. With 2 or more GPUs: the SP suite on NCCL (sp2, sp2 + ZeRO-3, sp2 + flash), each compared step by step with
    the one-GPU run on the same rows.
 
@@ -256,6 +259,37 @@ def format_row(r: dict) -> str:
             f"nvidia-smi {f(smi)} GiB, predicted device total {f(device)} ({f(error_pct(device, smi))}%)")
 
 
+def probe_check(ctx: Ctx) -> list[str]:
+    """Probes on one GPU: the 1B model against its full-depth run, the 8B shape against the planner only."""
+    from worker.probe import probe
+
+    failures = []
+    llama_8b = {**LLAMA_8B_4_LAYERS, "num_hidden_layers": 32}
+    for label, model, full in (("probe 1B", LLAMA_1B, True), ("probe 8B", llama_8b, False)):
+        if ctx.left_s < 120:
+            print(f"{label}: skipped (time budget)")
+            continue
+        p = plan(ctx, model, seq_len=4096, steps=4)
+        del p["run"]
+        try:
+            r = probe(p, ctx.work / label.replace(" ", "-"), (1, 2, 4), 4, full=full, timeout_s=max(60.0, ctx.left_s))
+        except Exception as e:  # noqa: BLE001 - a failed probe is a failure of the check, not of the script
+            failures.append(f"{label}: {type(e).__name__}: {e}")
+            continue
+        bad = [m for m in r["measured"] if m["status"] != "ok"]
+        if bad:
+            failures.append(f"{label}: " + "; ".join(f"depth {m['depth']} {m['status']}: {m.get('reason')}"
+                                                     for m in bad))
+        e, pred = r["extrapolated"], r["predicted"]
+        print(f"{label}: extrapolated to {r['plan_depth']} layers: allocated {e['peak_allocated_gib']} GiB, "
+              f"reserved {e['reserved_gib']} GiB, nvidia-smi {e['device_total_gib']} GiB, {e['tokens_per_s']} "
+              f"tokens/s; planner {pred['peak_allocated_gib']} / {pred['reserved_gib']} / {pred['device_total_gib']} "
+              f"GiB, {pred['tokens_per_s']} tokens/s; {r['verdict']['text']}", flush=True)
+        for q, c in r["check"].items():
+            print(f"  {q}: line vs the real {r['plan_depth']}-layer run: error {c['error']}")
+    return failures
+
+
 def sp_suite(ctx: Ctx) -> list[str]:
     """2 GPUs on NCCL: sp2 against one GPU with grad_accum 2 (the same rows per step)."""
     failures = []
@@ -309,6 +343,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="ulab-gpu-check-"))
     ctx = Ctx(work, catalog_gpu(name), flash)
     failures = suite(ctx)
+    failures += probe_check(ctx)
     if n >= 2:
         failures += sp_suite(ctx)
     else:
