@@ -23,6 +23,7 @@ from backend.plans.schemas import ProbeRequest
 from backend.plans.service import get_plan, valid_or_422
 from backend.runs import transitions
 from backend.runs.models import Run
+from backend.runs.states import RunState
 from plan.probe import DEPTHS
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,7 @@ def submit_probe(session: Session, plan_id: int, body: ProbeRequest, by: Princip
                                                  f"start one (ulab worker --gpu-type {gpu_name(spec)}) and probe "
                                                  "again")
     run = Run(name=f"probe of {stored.name or f'plan {stored.id}'}", plan_id=stored.id, kind="probe",
+              state=RunState.PENDING_APPROVAL.value, attempt=1,
               spec=plan.effective(), probe_request={"depths": depths, "steps": body.steps},
               estimate=stored.estimate, steps=body.steps * len(depths), submitted_by=by.token_id, executor=executor)
     session.add(run)

@@ -128,3 +128,27 @@ def test_an_approver_setting_requires_a_passing_probe_for_a_tight_plan(client, t
     finally:
         monkeypatch.delenv("ULAB_APPROVE_TIGHT_NEEDS_PROBE")
         get_settings.cache_clear()
+
+
+def test_a_probe_is_queued_as_a_run_of_kind_probe(client, tokens, tmp_path, monkeypatch):
+    """On the embedded SQLite broker (no broadcast: nobody can tell whether a worker listens) the probe is queued."""
+    from backend.core.settings import get_settings
+
+    admin = as_role(client, tokens, "admin")
+    plan_id = _plan_id(client, admin, layers=3)
+    monkeypatch.setenv("ULAB_BROKER_URL", f"sqla+sqlite:///{tmp_path / 'broker.db'}")
+    get_settings.cache_clear()
+    try:
+        r = client.post(f"/api/plans/{plan_id}/probe", headers=as_role(client, tokens, "submitter"))
+    finally:
+        monkeypatch.undo()
+        get_settings.cache_clear()
+    assert r.status_code == 202, r.text
+    run = r.json()
+    assert (run["kind"], run["state"], run["plan_id"], run["steps"]) == ("probe", "queued", plan_id, 8)
+    assert run["approved_by"] is not None and "run" not in run["spec"]
+    from backend.core.db import get_sessionmaker
+    from backend.runs.models import Run
+
+    with get_sessionmaker()() as s:
+        assert s.get(Run, run["id"]).probe_request == {"depths": [1, 2], "steps": 4}  # 4 is past the 3 layers
