@@ -11,6 +11,7 @@ import json
 import logging
 from pathlib import Path
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from backend.api.errors import UserError
@@ -50,7 +51,7 @@ def submit_probe(session: Session, plan_id: int, body: ProbeRequest, by: Princip
         raise UserError(422, "hardware.gpu", str(e)) from None
     if executor == "celery":
         queue = queue_for(gpu_name(spec))
-        if workers_on(queue) == 0:
+        if workers_on(queue) == 0 and not _busy_worker(session, gpu_name(spec)):
             raise UserError(409, "hardware.gpu", f"no worker serves the queue {queue} of {gpu_name(spec)} GPUs: "
                                                  f"start one (ulab worker --gpu-type {gpu_name(spec)}) and probe "
                                                  "again")
@@ -64,6 +65,14 @@ def submit_probe(session: Session, plan_id: int, body: ProbeRequest, by: Princip
     enqueue(run)
     session.refresh(run)
     return run
+
+
+def _busy_worker(session: Session, gpu: str) -> bool:
+    """Whether a Celery run of this GPU type is under way: its worker (one task at a time, solo pool) cannot answer
+    a broadcast while it trains, but it is there and takes the probe next."""
+    active = session.scalars(select(Run.spec).where(Run.executor == "celery", Run.state.in_(
+        [RunState.STARTING.value, RunState.RUNNING.value])))
+    return any(gpu_name(spec) == gpu for spec in active)
 
 
 def _layers(spec: dict) -> int:

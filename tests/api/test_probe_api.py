@@ -57,6 +57,23 @@ def test_no_worker_on_the_queue_says_so_without_hanging(client, tokens):
     assert not [x for x in client.get("/api/runs", headers=admin).json() if x["kind"] == "probe"]
 
 
+def test_a_worker_busy_training_counts_as_a_worker(client, tokens, tmp_path):
+    """A worker (solo pool, one task at a time) cannot answer the broadcast while it trains a run of that GPU type:
+    the probe is queued behind it, not refused."""
+    from backend.runs import transitions
+    from backend.runs.states import RunState
+    from tests.api.test_alerts import running_run
+
+    admin = as_role(client, tokens, "admin")
+    busy = running_run(client, admin, tmp_path)  # an H100 run, claimed and started
+    try:
+        r = client.post(f"/api/plans/{_plan_id(client, admin)}/probe", headers=admin)
+        assert r.status_code == 202, r.text
+        assert r.json()["kind"] == "probe" and r.json()["state"] == "queued"
+    finally:
+        transitions.finish(busy, 1, RunState.SUCCEEDED, None, last_step=0)
+
+
 def test_a_finished_probe_is_stored_with_the_plan_and_calibration(client, tokens, tmp_path):
     from backend.core.db import get_sessionmaker
     from backend.runs.models import Run
