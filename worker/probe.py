@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import statistics
 import subprocess
 import sys
@@ -105,6 +106,7 @@ def probe(data: dict, out: Path, depths: tuple[int, ...] = DEPTHS, steps: int = 
         plan = probe_plan(data, d, steps, str(corpus), cuda)
         code, reason = run_depth(plan, run_dir, timeout_s)
         entry = {"depth": d, **read_depth(run_dir, spec.world)}
+        shutil.rmtree(run_dir / "stages", ignore_errors=True)  # the trainer saved its random-weight model: no use
         if code == 0:
             entry["status"], entry["reason"] = "ok", None
         else:

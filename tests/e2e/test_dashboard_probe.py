@@ -1,5 +1,6 @@
 """"Measure this plan" in Chromium: the planner page queues a probe run (kind "probe") through the real Celery worker,
-which trains the plan at 1 and 2 of its 3 layers on CPU ranks and extrapolates; the page shows measured beside
+which trains the plan at 1 and 2 of its 3 layers on a CPU rank (sp=1: one process per depth, the cheapest) and
+extrapolates; the page shows measured beside
 predicted with the verdict line, the result is stored with the plan and filed in the calibration store under "cpu"."""
 import json
 
@@ -18,11 +19,11 @@ def test_measure_this_plan_shows_measured_beside_predicted(api_server, api):
     with chromium_page(height=1600) as page:
         page.goto(f"{api_server}/#/planner")
         page.locator("[data-testid=planner-form]").wait_for(timeout=20_000)
-        _fill_tiny_plan(page)
+        _fill_tiny_plan(page, sp_size=1)
         page.fill("[data-testid=input-config]", json.dumps(config))
         page.wait_for_function(VALID, timeout=20_000)
         page.click("[data-testid=probe-plan]")
-        page.locator("[data-testid=probe-verdict]").wait_for(timeout=300_000)
+        page.locator("[data-testid=probe-verdict]").wait_for(timeout=600_000)
         verdict = page.inner_text("[data-testid=probe-verdict]")
         assert verdict.startswith("measured: fits with 80 GiB to spare"), verdict
         row = page.inner_text("[data-testid=probe-row-peak_allocated_gib]")
