@@ -261,12 +261,12 @@ def supervise(run: Run, settings) -> str:
         reason = (reason or "") + "\nsome metrics could not be shipped to the API; they remain in the run directory"
     if left:
         reason = (reason or "") + f"\nprocesses {', '.join(map(str, left))} of the run survived SIGKILL"
+    if run.kind == "probe" and state == RunState.SUCCEEDED:  # stored before the run reads succeeded: the page
+        record_probe(run.id)  # that waited for it then finds the result with the plan
     transitions.finish(run.id, run.attempt, state, reason, last_step=shipper.last_step)
     log.info("run %s: %s (exit code %s)", run.id, state.value, code)
     if state in (RunState.SUCCEEDED, RunState.OOM, RunState.FAILED) and shipper.last_step > 0:
         record_calibration(run.id)
-    if run.kind == "probe" and state == RunState.SUCCEEDED:
-        record_probe(run.id)
     return state.value
 
 

@@ -353,12 +353,12 @@ class Poller:
             if final == RunState.FAILED and job.exit_code == EXIT_OOM:
                 final = RunState.OOM
             reason = None if final == RunState.SUCCEEDED else failure_reason(run.id, job, self.settings)
+        if final == RunState.SUCCEEDED:  # a probe's result is stored before the run reads succeeded
+            record_probe(run.id)
         if transitions.slurm_finished(run.id, run.job_id, final, reason, job.state):
             log.info("run %s: Slurm job %s %s -> %s", run.id, job.job_id, job.state, final.value)
             if final in (RunState.SUCCEEDED, RunState.FAILED, RunState.OOM):
                 record_calibration(run.id)
-            if final == RunState.SUCCEEDED:
-                record_probe(run.id)
 
     def lost(self, run: Tracked, reason: str, job_ended: bool, restarts: int) -> str | None:
         """The attempt is lost. A job Slurm requeued serves the next attempt; an ended one is replaced by a new job

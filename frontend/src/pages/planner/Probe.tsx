@@ -51,8 +51,15 @@ export function ProbePanel({ plan, valid }: { plan: Plan | null; valid: boolean 
         setStatus(`probe run ${run.id}: ${run.state}`);
       }
       if (run.state !== "succeeded") throw new Error(`probe run ${run.id} ended ${run.state}: ${run.exit_reason ?? ""}`);
-      const again = await api.plan(stored.id);
-      setResult((again.probe ?? null) as ProbeResult | null);
+      // the worker stores the result with the plan as the run ends; wait for this run's (a few seconds at most)
+      let found: ProbeResult | null = null;
+      for (let i = 0; i < 30 && !found; i++) {
+        const probe = (await api.plan(stored.id)).probe as ProbeResult | null | undefined;
+        if (probe && probe.run_id === run.id) found = probe;
+        else await new Promise((r) => setTimeout(r, 1000));
+      }
+      if (!found) throw new Error(`probe run ${run.id} succeeded but left no result with the plan`);
+      setResult(found);
     } catch (e) {
       setError(e instanceof ApiError ? e.message : String(e));
     } finally {
