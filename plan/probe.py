@@ -27,6 +27,7 @@ QUANTITIES = (*MEMORY, "step_time_s")
 INTERCEPT_DOMINATES = 0.75
 # Points further off the fitted line than this (relative) mean the quantity is not linear in depth.
 NONLINEAR_RESIDUAL = 0.05
+FALLS = "not extrapolated: falls with depth"  # the source of a figure whose fitted slope is negative
 
 
 class ProbeError(ValueError):
@@ -140,6 +141,7 @@ def summarize(data: Any, measured: list[dict], device: str) -> dict:
     check: dict[str, dict] = {}  # with the full depth measured too: how far the line lands from it
     for q in MEMORY:
         per_rank: list[float | None] = []
+        falls = False
         for r in range(world):
             xs, ys = _rank_values(reduced, q, r)
             line = fit_line(xs, ys) if len(set(xs)) >= 2 else None
@@ -151,11 +153,15 @@ def summarize(data: Any, measured: list[dict], device: str) -> dict:
                 mine["extrapolated"].append(_round(at(line, depth)))
                 mine["measured"].append(_round(full_value))
                 mine["error"].append(_round(at(line, depth) / full_value - 1) if full_value else None)
-            per_rank.append(full_value if full_value is not None else (at(line, depth) if line else None))
+            usable = line is not None and line["slope"] >= 0  # a figure that falls with depth is noise, not a line
+            falls = falls or (line is not None and not usable)
+            per_rank.append(full_value if full_value is not None else (
+                at(line, depth) if line is not None and usable else None))
         values = [x for x in per_rank if x is not None]
         extrapolated[q] = _round(max(values)) if values else None
         extrapolated[f"{q}_per_rank"] = [_round(x) for x in per_rank] if values else None
-        source[q] = "not measured" if not values else ("measured" if direct is not None else "extrapolated")
+        source[q] = "measured" if direct is not None and values else ("extrapolated" if values else (
+            FALLS if falls else "not measured"))
     xs = [float(m["depth"]) for m in reduced if m.get("step_time_s")]
     ys = [float(m["step_time_s"]) for m in reduced if m.get("step_time_s")]
     step_line = fit_line(xs, ys) if len(set(xs)) >= 2 else None
@@ -169,9 +175,11 @@ def summarize(data: Any, measured: list[dict], device: str) -> dict:
         if step_line is not None:
             check["step_time_s"] = {"extrapolated": _round(at(step_line, depth), 6), "measured": _round(step_time, 6),
                                     "error": _round(at(step_line, depth) / step_time - 1)}
-    elif step_line is not None:
+    elif step_line is not None and step_line["slope"] >= 0:
         step_time = at(step_line, depth)
         source["step_time_s"] = "extrapolated"
+    elif step_line is not None:
+        source["step_time_s"] = FALLS
     extrapolated["step_time_s"] = _round(step_time, 6)
     extrapolated["tokens_per_s"] = _round(tokens_per_step(spec) / step_time, 1) if step_time else None
     source["tokens_per_s"] = source["step_time_s"]

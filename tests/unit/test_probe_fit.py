@@ -88,6 +88,12 @@ def test_warns_where_the_depth_line_does_not_hold():
     assert "peak_allocated_gib: the depth-independent term" in text
     assert "step_time_s: not linear in depth" in text
     assert "offloaded states" in text and "ZeRO-3" in text and "CPU ranks" in text
+    # a step time that falls with depth (a loaded machine) is not extrapolated to a negative time
+    slower_first = [_depth(d, [1.0 + d, 1.0 + d], [0.9, 0.5, 0.4][i]) for i, d in enumerate((1, 2, 4))]
+    r = summarize(_plan(8), slower_first, "cpu")
+    assert r["extrapolated"]["step_time_s"] is None and r["extrapolated"]["tokens_per_s"] is None
+    assert r["source"]["step_time_s"] == r["source"]["tokens_per_s"] == "not extrapolated: falls with depth"
+    assert any("step_time_s: falls with depth" in w for w in r["warnings"])
     clean = summarize(_plan(8), [_depth(d, [1.0 + d, 1.0 + d], 0.1 * d) for d in (1, 2, 4)], "cuda")
     assert not any("not linear" in w or "depth-independent" in w for w in clean["warnings"])
 
