@@ -1,4 +1,4 @@
-"""The `ulab` command: serve, worker, plan, train, migrate. Imports are lazy so `ulab plan` starts fast."""
+"""The `ulab` command: serve, worker, plan, train, probe, migrate. Imports are lazy so `ulab plan` starts fast."""
 from __future__ import annotations
 
 import json
@@ -113,6 +113,27 @@ def train(
 
     raise typer.Exit(run_dry(plan_path) if dry_run else run_train(plan_path, run_dir, resume,
                                                                   resume_from=resume_from))
+
+
+@app.command()
+def probe(
+    plan_path: Path = typer.Option(..., "--plan", help="Plan file (plan-v1; a `run` section is allowed)."),
+    depths: str = typer.Option("1,2,4", "--depths", help="Layer counts to probe, comma-separated."),
+    steps: int = typer.Option(4, "--steps", min=2, max=1000, help="Steps per depth (the first is dropped)."),
+    full: bool = typer.Option(False, "--full", help="Also run the model's full depth."),
+    text: bool = typer.Option(False, "--text", help="Print the measured and extrapolated table instead of JSON."),
+    out: Path | None = typer.Option(None, "--out", help="Directory for the probe's runs (default: a temporary one)."),
+) -> None:
+    """Measure the plan: short runs at reduced depth with random weights on this machine (torchrun, as `ulab
+    train`), fitted per quantity over depth and extrapolated to the model's depth, beside the planner's figures."""
+    import tempfile
+
+    from worker.probe import parse_depths, run_probe_cli
+
+    if out is None:
+        with tempfile.TemporaryDirectory(prefix="ulab-probe-") as tmp:
+            raise typer.Exit(run_probe_cli(plan_path, Path(tmp), parse_depths(depths), steps, full, text))
+    raise typer.Exit(run_probe_cli(plan_path, out, parse_depths(depths), steps, full, text))
 
 
 @app.command()

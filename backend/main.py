@@ -20,6 +20,7 @@ from backend.monitoring.middleware import RequestLatency
 from backend.monitoring.router import router as monitoring_router
 from backend.plans.router import router as plans_router
 from backend.runs.lifecycle import supervise_forever
+from backend.runs.router import plan_probes
 from backend.runs.router import router as runs_router
 from backend.workers.router import router as workers_router
 
@@ -77,6 +78,7 @@ def create_app() -> FastAPI:
     app.include_router(auth_router)
     app.include_router(plans_router)
     app.include_router(runs_router)
+    app.include_router(plan_probes)
     app.include_router(metrics_router)
     app.include_router(calibration_router)
     app.include_router(monitoring_router)

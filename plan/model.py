@@ -173,6 +173,19 @@ class Data(Section):
     split: Literal["blank_line", "line"] = Field("blank_line", description="How a text file separates documents")
 
 
+class ProbeGate(Section):
+    """The smoke test of a run (backend/metrics/alerts.py): its first `steps` steps are checked at metric ingest,
+    and a breach stops the run with a checkpoint and the reason; otherwise it trains on in the same attempt."""
+
+    steps: int = Field(10, ge=1, le=100_000, description="Steps checked from the run's start")
+    max_memory_fraction: float = Field(0.9, gt=0, le=1, description="Stop when a rank's peak memory passes this "
+                                                                     "fraction of the GPU's")
+    min_tokens_per_s_fraction: float = Field(0.5, ge=0, le=10, description="Stop when tokens/s (median over the "
+                                                                          "checked steps after the first) is below "
+                                                                          "this fraction of the planner's (0: off)")
+    require_finite_loss: bool = Field(True, description="Stop when a checked step's loss is NaN/Inf")
+
+
 class RunSection(Section):
     """What the trainer reads besides the plan (trainer-v1). `model_path` null builds `model.config` with random
     weights (tests, CPU). Without `stages`, the run is one stage of `steps` at `training.seq_len`."""
@@ -223,6 +236,7 @@ class RunSection(Section):
                                     "(absent: ULAB_MLFLOW_TRACKING_URI)")
     tracker_project: str | None = Field(None, min_length=1, max_length=200, description="MLflow experiment and W&B "
                                         "project (absent: ULAB_TRACKER_PROJECT)")
+    probe: ProbeGate | None = Field(None, description="The smoke-test gate on the first steps (absent: none)")
     stop_grace_s: float | None = Field(None, gt=0, le=86_400,
                                        description="Seconds a stopped run (SIGTERM) has to save its checkpoint before "
                                                    "SIGKILL; absent: what a ZeRO-3 save of the model needs "

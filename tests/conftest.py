@@ -69,10 +69,13 @@ def corpus(tmp_path_factory):
 @pytest.fixture(scope="session")
 def trained_run(api, corpus) -> dict:
     """One real Ulysses SP run (sp=2, 2 CPU ranks, seq_len 512) trained to the end; shared across tests. It holds one
-    row back and scores it by position every 6 steps, and ends with a passkey test of its model (evaluate.py)."""
+    row back and scores it by position every 6 steps, and ends with a passkey test of its model (evaluate.py); a
+    smoke-test gate (run.probe) checks its first 3 steps."""
     run = submit(api, tiny_plan(sp_size=2), {
         "learning_rate": 1e-3, "seed": 0, "data": {"path": str(corpus)}, "eval_rows": 1, "eval_every": 6,
         "report_to": ["tensorboard"],  # the worker mirrors it to TensorBoard (tests/integration/test_monitoring.py)
+        # a smoke-test gate it passes (test_probe_gate_runs.py): CPU ranks reach a tiny share of an H100's tokens/s
+        "probe": {"steps": 3, "max_memory_fraction": 0.9, "min_tokens_per_s_fraction": 1e-7},
         "stages": [{"seq_len": 512, "steps": TRAINED_STEPS},
                    {"kind": "passkey", "seq_len": 512, "lengths": [128, 256, 512], "depths": [0.0, 0.5, 1.0]}],
     }, name="tiny-sp2")

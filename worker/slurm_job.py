@@ -21,6 +21,8 @@ from pathlib import Path
 from backend.core.logs import tail_lines
 from backend.core.settings import get_settings
 from backend.runs import transitions
+from worker.probe import REQUEST as PROBE_REQUEST
+from worker.probe import probe_command
 from worker.process import AttemptProcesses, start_group
 from worker.shipper import MetricShipper
 from worker.tasks import LOG_TAIL_LINES, stop_wait_s, watch_and_ship, worker_token
@@ -112,8 +114,10 @@ def run_job(plan_path: Path) -> int:
     # "resume from here" (the job script's ULAB_RESUME_FROM): on the job's first start only; a requeued start goes on
     # from the newest checkpoint, which may be one this job saved after it
     resume_from = env.get("ULAB_RESUME_FROM") if restart == 0 else None
-    procs = AttemptProcesses(start_group(trainer_command(plan_path, run_dir, resume, attempt, resume_from), log_path,
-                                         env=env), lock, attempt)
+    cmd = trainer_command(plan_path, run_dir, resume, attempt, resume_from)
+    if (run_dir / PROBE_REQUEST).exists():  # a run of kind "probe" (backend/executors/slurm.py wrote it)
+        cmd = probe_command(plan_path, run_dir, json.loads((run_dir / PROBE_REQUEST).read_text()))
+    procs = AttemptProcesses(start_group(cmd, log_path, env=env), lock, attempt)
     shipper = MetricShipper(run_dir, settings.api_url, run_id, worker_token())
 
     def beat() -> bool:  # cancel reaches the job through scancel, never through the heartbeat

@@ -128,7 +128,13 @@ def launch(run: Run, settings, node_rank: int, rdzv_endpoint: str | None):
     if rdzv_endpoint:
         env.update(ULAB_RDZV_ENDPOINT=rdzv_endpoint, ULAB_NODE_RANK=str(node_rank),
                    ULAB_RDZV_ID=f"ulab-run{run.id}-attempt{run.attempt}")
-    proc = start_group(trainer_command(plan_path, run_dir, run.attempt, run.resume_from), log_path, env=env)
+    if run.kind == "probe":  # the plan at reduced depth (worker/probe.py), each depth a `ulab train` of its own
+        from worker.probe import probe_command
+
+        cmd = probe_command(plan_path, run_dir, run.probe_request)
+    else:
+        cmd = trainer_command(plan_path, run_dir, run.attempt, run.resume_from)
+    proc = start_group(cmd, log_path, env=env)
     log.info("run %s node %s: started trainer pid %s in %s", run.id, node_rank, proc.pid, run_dir)
     return AttemptProcesses(proc, lock, run.attempt), run_dir, log_path
 
@@ -284,6 +290,8 @@ def supervise(run: Run, settings) -> str:
         reason = (reason or "") + "\nsome metrics could not be shipped to the API; they remain in the run directory"
     if left:
         reason = (reason or "") + f"\nprocesses {', '.join(map(str, left))} of the run survived SIGKILL"
+    if run.kind == "probe" and state == RunState.SUCCEEDED:  # stored before the run reads succeeded: the page
+        record_probe(run.id)  # that waited for it then finds the result with the plan
     transitions.finish(run.id, run.attempt, state, reason, last_step=shipper.last_step)
     log.info("run %s: %s (exit code %s)", run.id, state.value, code)
     if state in (RunState.SUCCEEDED, RunState.OOM, RunState.FAILED) and shipper.last_step > 0:
@@ -302,6 +310,19 @@ def record_calibration(run_id: int) -> None:
                 record_run(session, run)
     except Exception:  # noqa: BLE001 - calibration is a by-product of a run, not part of its outcome
         log.exception("run %s: could not record its calibration point", run_id)
+
+
+def record_probe(run_id: int) -> None:
+    """Store a probe's result with its plan and in the calibration store (backend/runs/probe.py)."""
+    from backend.runs.probe import record_probe as store
+
+    try:
+        with session_scope() as session:
+            run = session.get(Run, run_id)
+            if run is not None and store(session, run) is None:
+                log.warning("probe run %s left no %s in %s", run_id, "probe.json", run.run_dir)
+    except Exception:  # noqa: BLE001 - the probe's own log keeps what it measured
+        log.exception("probe run %s: could not store its result", run_id)
 
 
 def supervise_node(run: Run, node_rank: int, settings) -> str:

@@ -106,6 +106,13 @@ def record_run(session: Session, run: Run) -> None:
             gpu=None if on_gpu else "cpu")
 
 
+def record_measured(session: Session, source: str, ref: str, plan: dict, measured: dict, run_id: int | None,
+                    gpu: str | None = None) -> None:
+    """Store one measurement of a plan beside the planner's prediction (a probe's extrapolated figures: source
+    "probe"); `gpu` "cpu" keeps CPU ranks out of the plan's GPU type."""
+    _upsert(session, source, ref, plan, measured, run_id, gpu=gpu)
+
+
 def load_results(session: Session, directory: Path) -> int:
     """Load `gpu-*.csv` files (from `make gpu-check`) as measured rows; returns how many rows were read.
 

@@ -58,3 +58,17 @@ def send_execute_run(run_id: int, gpu_name: str, priority: int = 0, num_nodes: i
     app = _producer(broker_url(get_settings()))
     for node_rank in range(num_nodes):
         app.send_task(EXECUTE_RUN, args=[run_id, node_rank], queue=queue_for(gpu_name), priority=9 - priority)
+
+
+def workers_on(queue: str, timeout_s: float = 1.0) -> int | None:
+    """How many Celery workers consume `queue` (those that answer a broadcast within `timeout_s`); None where the
+    broker cannot broadcast (the embedded SQLite transport), so nobody can tell."""
+    app = _producer(broker_url(get_settings()))
+    try:
+        with app.connection_for_write() as conn:
+            if not getattr(conn.default_channel, "supports_fanout", False):
+                return None
+        replies = app.control.inspect(timeout=timeout_s).active_queues() or {}
+    except Exception:  # noqa: BLE001 - a broker that does not answer: nobody can tell either
+        return None
+    return sum(1 for queues in replies.values() if any(q.get("name") == queue for q in queues or []))

@@ -140,6 +140,8 @@ def submit_if_needed(run_id: int, settings: Settings) -> str | None:
         run_dir.mkdir(parents=True, exist_ok=True)
         plan_path = run_dir / "plan.json"
         plan_path.write_text(json.dumps(run.spec, indent=1))
+        if run.kind == "probe":  # the job runs worker.probe instead of the trainer (worker/slurm_job.py)
+            (run_dir / "probe_request.json").write_text(json.dumps(run.probe_request or {}))
         try:
             script = render(job_request(run, settings, plan_path))
         except ValueError as e:  # a setting out of bounds: the run cannot be submitted as it is
@@ -268,6 +270,19 @@ def record_calibration(run_id: int) -> None:
         log.exception("run %s: could not record its calibration point", run_id)
 
 
+def record_probe(run_id: int) -> None:
+    """A finished probe's result, stored with its plan and in the calibration store (backend/runs/probe.py)."""
+    from backend.runs.probe import record_probe as store
+
+    try:
+        with session_scope() as session:
+            run = session.get(Run, run_id)
+            if run is not None and run.kind == "probe":
+                store(session, run)
+    except Exception:  # noqa: BLE001 - the probe's own files keep what it measured
+        log.exception("probe run %s: could not store its result", run_id)
+
+
 class Poller:
     """One poll: submit queued runs without a job, read every tracked job, move runs. Remembers when it sent a
     cancel's SIGTERM (a restarted poller sends it again; the trainer treats a second one like the first)."""
@@ -338,6 +353,8 @@ class Poller:
             if final == RunState.FAILED and job.exit_code == EXIT_OOM:
                 final = RunState.OOM
             reason = None if final == RunState.SUCCEEDED else failure_reason(run.id, job, self.settings)
+        if final == RunState.SUCCEEDED:  # a probe's result is stored before the run reads succeeded
+            record_probe(run.id)
         if transitions.slurm_finished(run.id, run.job_id, final, reason, job.state):
             log.info("run %s: Slurm job %s %s -> %s", run.id, job.job_id, job.state, final.value)
             if final in (RunState.SUCCEEDED, RunState.FAILED, RunState.OOM):

@@ -5,6 +5,11 @@
   grad_norm_exploded        a grad norm above `run.grad_norm_factor` x its median over the previous HISTORY steps;
   throughput_dropped        tokens/s below `run.throughput_floor` x the run's median for SUSTAIN steps in a row;
 
+  probe_failed              the smoke-test gate (`run.probe`): in the first `probe.steps` steps a rank's peak memory
+                            above `max_memory_fraction` of the GPU's, a NaN/Inf loss (`require_finite_loss`), or at
+                            the last checked step a median tokens/s below `min_tokens_per_s_fraction` of the
+                            planner's; it always stops the run (that is what the gate is for);
+
 and by the API's supervision loop (`check_stalls`, backend/runs/lifecycle.py):
 
   stalled                   a running run with no step for `run.stall_after_s` seconds.
@@ -42,7 +47,8 @@ WATCHED = ("loss", "grad_norm")  # the only names whose non-finite values are ac
 # how a stopping rule names itself in the run's exit reason ("stopped: <what> (<message>)")
 WHAT = {"loss_nan": "loss is NaN/Inf", "grad_norm_nan": "grad_norm is NaN/Inf", "loss_diverged": "loss diverged",
         "grad_norm_exploded": "grad norm exploded", "throughput_dropped": "tokens/s dropped",
-        "stalled": "no step arrived"}
+        "stalled": "no step arrived", "probe_failed": "smoke test failed"}
+MEMORY_POINTS = ("peak_allocated_gib", "peak_reserved_gib", "gpu_mem_used_gib")  # per rank, GiB
 
 
 def _rules(run: Run) -> RunSection:
@@ -94,6 +100,45 @@ def _throughput_drop(session: Session, run_id: int, points: list[PointIn], floor
     return None
 
 
+def _share(x: float) -> str:
+    return f"{x:.0%}" if x >= 0.01 else f"{x:.2g}"
+
+
+def _probe_breach(session: Session, run: Run, points: list[PointIn], gate) -> tuple[int, str] | None:
+    """The first breach of the smoke-test gate in this batch: (step, reason in words), or None."""
+    window = [p for p in points if p.step <= gate.steps]
+    if not window:
+        return None
+    estimate = run.estimate or {}
+    capacity = (estimate.get("memory") or {}).get("gpu_capacity_gib")
+    if capacity:
+        over = [p for p in window if p.name in MEMORY_POINTS and math.isfinite(p.value)
+                and p.value > gate.max_memory_fraction * capacity]
+        if over:
+            p = max(over, key=lambda p: p.value)
+            return p.step, (f"probe: rank {p.rank} peaked at {p.value:.3g} GiB, {_share(p.value / capacity)} of "
+                            f"{capacity:g} (limit {_share(gate.max_memory_fraction)})")
+    if gate.require_finite_loss:
+        bad = next((p for p in sorted(window, key=lambda p: p.step) if p.name == "loss" and p.rank == 0
+                    and not math.isfinite(p.value)), None)
+        if bad is not None:
+            return bad.step, f"probe: loss is {bad.value} at step {bad.step}"
+    predicted = (estimate.get("throughput") or {}).get("tokens_per_s")
+    last = [p for p in window if p.name == "tokens_per_s" and p.rank == 0 and p.step == gate.steps]
+    if gate.min_tokens_per_s_fraction > 0 and predicted and last:
+        new = {p.step: p.value for p in window if p.name == "tokens_per_s" and p.rank == 0}
+        stored = {s: v for s, v in session.execute(select(MetricPoint.step, MetricPoint.value).where(
+            MetricPoint.run_id == run.id, MetricPoint.name == "tokens_per_s", MetricPoint.rank == 0,
+            MetricPoint.step <= gate.steps))}
+        values = [v for s, v in sorted({**stored, **new}.items()) if (s > 1 or gate.steps == 1) and math.isfinite(v)]
+        if values:
+            tps = statistics.median(values)
+            if tps < gate.min_tokens_per_s_fraction * predicted:
+                return gate.steps, (f"probe: {tps:,.0f} tokens/s, {_share(tps / predicted)} of the predicted "
+                                    f"{predicted:,.0f} (limit {_share(gate.min_tokens_per_s_fraction)})")
+    return None
+
+
 def check(session: Session, run_id: int, points: list[PointIn]) -> list[RunAlert]:
     """Alerts the batch raises (stored in the session, not committed); stops the run where the rule says so. Also
     records what the run ran on (its device) from the trainer's `on_gpu` point, its latest loss, and when a step
@@ -130,6 +175,9 @@ def check(session: Session, run_id: int, points: list[PointIn]) -> list[RunAlert
                               f"{rules.divergence_factor:g} x its early minimum {early_min:.4g}",
                               rules.stop_on_divergence))
     have = set(session.scalars(select(RunAlert.kind).where(RunAlert.run_id == run_id)))
+    if rules.probe is not None and "probe_failed" not in have and (
+            breach := _probe_breach(session, run, points, rules.probe)):
+        found.insert(0, ("probe_failed", *breach, True))
     if "grad_norm_exploded" not in have and (spike := _grad_norm_spike(session, run_id, points,
                                                                        rules.grad_norm_factor)):
         found.append(("grad_norm_exploded", *spike, rules.stop_on_grad_norm))

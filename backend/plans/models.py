@@ -18,3 +18,5 @@ class Plan(Base):
     spec: Mapped[dict] = mapped_column(JSON)
     estimate: Mapped[dict] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    # the latest probe of this plan (plan/probe.py's result, with "run_id"): measured beside predicted
+    probe: Mapped[dict | None] = mapped_column(JSON, nullable=True)

@@ -110,3 +110,4 @@ def list_plans(session: SessionDep, _: Reader, limit: int = Query(200, ge=1, le=
 @router.get("/plans/{plan_id}")
 def get_plan(plan_id: RowId, session: SessionDep, _: Reader) -> PlanOut:
     return service.to_out(service.get_plan(session, plan_id))
+

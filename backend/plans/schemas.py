@@ -49,6 +49,17 @@ class PlanOut(BaseModel):
     created_at: datetime
     plan: dict[str, Any]
     estimate: Estimate
+    probe: dict[str, Any] | None = Field(None, description="The latest probe of the plan (POST "
+                                                           "/api/plans/{id}/probe): measured, extrapolated, predicted")
+
+
+class ProbeRequest(BaseModel):
+    """What a probe of a stored plan runs: the layer counts (each at most the model's) and the steps per depth."""
+
+    model_config = ConfigDict(extra="forbid")
+    depths: list[Annotated[int, Field(ge=1, le=1024)]] | None = Field(
+        None, min_length=1, max_length=8, description="Layer counts to probe; absent: 1, 2 and 4 (those the model has)")
+    steps: int = Field(4, ge=2, le=100, description="Steps per depth; the first is dropped")
 
 
 class PlanImport(BaseModel):

@@ -40,7 +40,7 @@ def list_plans(session: Session, limit: int = 200) -> list[PlanRow]:
 
 def to_out(row: PlanRow) -> PlanOut:
     return PlanOut.model_validate({"id": row.id, "name": row.name, "created_at": row.created_at, "plan": row.spec,
-                                   "estimate": row.estimate})
+                                   "estimate": row.estimate, "probe": row.probe})
 
 
 def import_setup(body: PlanImport) -> dict:

@@ -6,12 +6,14 @@ from fastapi.responses import PlainTextResponse
 
 import plan as planner
 from backend.api.deps import Approver, Reader, RowId, SessionDep, Submitter
+from backend.plans.schemas import ProbeRequest
 from backend.runs import service
 from backend.runs.schemas import CheckpointOut, EventOut, LogOut, RetryIn, RunCreate, RunLabels, RunOut
 from backend.runs.states import RunState
 from plan.results import Fix
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
+plan_probes = APIRouter(prefix="/api/plans", tags=["plans"])  # a probe is a run of the plan (backend/runs/probe.py)
 
 
 @router.post("", status_code=201)
@@ -109,3 +111,14 @@ def fix_run(run_id: RowId, session: SessionDep, _: Reader) -> Fix:
     plan was predicted to fit, the fix leaves room for the planner's error (plan.fix.MEASURED_OOM_MARGIN)."""
     run = service.get_run(session, run_id)
     return planner.fix(run.spec, measured_oom=run.state == RunState.OOM.value)  # type: ignore[return-value]
+
+
+@plan_probes.post("/{plan_id}/probe", status_code=202)
+def probe_plan(plan_id: RowId, session: SessionDep, user: Submitter, body: ProbeRequest | None = None) -> RunOut:
+    """Measure the plan: a probe run (kind "probe") trains it at reduced depths (default 1, 2, 4 layers) with random
+    weights on its own GPUs, through the normal queue, and stores the depth line extrapolated to the model's depth
+    with the plan (`probe` of GET /api/plans/{id}), beside the planner's figures. 422 naming the field for a plan or
+    depth that cannot be probed; 409 when no worker serves the plan's GPU queue."""
+    from backend.runs.probe import submit_probe
+
+    return RunOut.model_validate(submit_probe(session, plan_id, body or ProbeRequest(), user))

@@ -130,6 +130,10 @@ def approve_run(session: Session, run_id: int, by: Principal, force: bool = Fals
     if run.state != RunState.PENDING_APPROVAL.value:
         raise IllegalTransition(run.state, RunState.QUEUED)
     forced = gate.check_queue(run, by, force)
+    from backend.runs.probe import tight_without_probe
+
+    if (unprobed := tight_without_probe(session, run)):
+        raise UserError(409, "probe", unprobed)
     transitions.approve(run, by.token_id, forced=forced)
     session.commit()  # the message goes out only after the approval is committed
     enqueue(run)

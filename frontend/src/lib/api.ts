@@ -130,6 +130,8 @@ export const api = {
   createPlan: (plan: Plan, name?: string) => request<StoredPlan>("POST", "/api/plans", { ...plan, name }),
   planDefaults: () => request<PlanDefaults>("GET", "/api/plans/defaults"),
   importPlan: (body: PlanImport) => request<PlanImported>("POST", "/api/plans/import", body),
+  plan: (id: number) => request<StoredPlan>("GET", `/api/plans/${id}`),
+  probePlan: (id: number, body?: { depths?: number[]; steps?: number }) => request<Run>("POST", `/api/plans/${id}/probe`, body ?? {}),
   createRun: (plan_id: number, run: RunSection, name?: string, extra?: { priority?: number; max_retries?: number }) =>
     request<Run>("POST", "/api/runs", { plan_id, name, run, ...extra }),
   runs: (state?: string, q?: string) => {

@@ -1,6 +1,7 @@
 import { useEffect, useMemo, useState } from "react";
 import { api, ApiError, type Catalog, type Estimate, type FieldError, type Plan, type PlanDefaults, type Sweep } from "../../lib/api";
 import { ExportButtons, SubmitRun } from "./Actions";
+import { ProbePanel } from "./Probe";
 import { FixPanel, RecommendPanel, SpMethodsPanel } from "./Advice";
 import { buildPlan, decodePlanParam, fmtSeqInput, LOAD_KEY, planToForm, type Loaded, type PlanForm } from "./form";
 import { ImportSetup } from "./ImportSetup";
@@ -156,6 +157,7 @@ function PlannerPage({ defaults, initial }: { defaults: PlanDefaults; initial: L
             }} />
         ) : null}
         <ExportButtons plan={valid ? built.plan : null} />
+        <ProbePanel plan={valid ? built.plan : null} valid={valid} />
         <SubmitRun key={run.key} plan={built.plan} valid={valid} initial={run.run} defaults={defaults.defaults.run}
           schedulers={(defaults.choices["run.lr_scheduler"] ?? []).map(String)} />
       </div>
