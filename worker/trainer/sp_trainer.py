@@ -56,6 +56,10 @@ class UlyssesTrainer(Trainer):
         self.liger_loss = bool(self.args.use_liger_kernel) and not tiled_logits and zero_stage < 3
         self.zero_stage = zero_stage
         self.offload = checkpoint_offloader(checkpoint_offload)  # one context for every micro batch
+        if checkpoint_offload:  # the mark sits on each layer's forward: after ZeRO-3's pre-hooks (offload.py)
+            from .offload import mark_checkpointed_inputs
+
+            mark_checkpointed_inputs(self.model, self.offload)
         self.world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
         self.dp = self.world // max(1, sp_size)
         # ZeRO-3 hands Ulysses gradients back at 1/sp of what ZeRO-1/2 (and one process) give: measured, the grad
