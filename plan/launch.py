@@ -389,3 +389,17 @@ def dry_run(data: Any, cuda: bool, installed: list[str] | None = None) -> dict:
             "parallelism": parallelism(spec, first.seq_len, cuda),
             "training_args": training_arguments(plan, first, cuda), "stop_grace_s": stop_grace_s(spec),
             "stages": [s.model_dump() for s in plan.stages()]}
+
+
+# PyTorch reads its CUDA caching allocator's settings from this variable once, at the first CUDA allocation
+# (c10/cuda/CUDAAllocatorConfig): the trainer sets it in every process before that (worker/trainer/cli.py run_train).
+ALLOC_CONF_ENV = "PYTORCH_CUDA_ALLOC_CONF"
+
+
+def alloc_conf(data: Any, current: str | None) -> str | None:
+    """PYTORCH_CUDA_ALLOC_CONF for the ranks: `training.expandable_segments` adds (or turns on)
+    `expandable_segments:True` in whatever the environment already holds; otherwise the environment's own value."""
+    if not as_spec(data).plan.training.expandable_segments:
+        return current
+    keep = [p for p in (current or "").split(",") if p.strip() and p.split(":")[0].strip() != "expandable_segments"]
+    return ",".join(keep + ["expandable_segments:True"])

@@ -22,9 +22,7 @@ pytestmark = pytest.mark.slow
 def test_alst_features_under_zero3_with_offload_match_the_plain_run(runs):
     """TiledMLP, tiled logits loss, activation checkpointing with CPU offload, ZeRO-3 with optimizer and parameter
     offload, all on: the same per-step loss as the plain SP=2 run (tiling and offload change memory, not math)."""
-    alst = {"zero_stage": 3, "offload_optimizer": True, "offload_params": True, "activation_checkpointing": True,
-            "checkpoint_offload": True, "tiled_mlp": True, "tiled_logits_loss": True}
-    run_dir = runs.get("alst", sp=2, dp=1, gas=2, steps=5, training=alst)
+    run_dir = runs.alst()
     got = metrics(run_dir)
     base = metrics(runs.sp2())
     # the offloaded optimizer is DeepSpeed's CPU Adam, and each of the node's 2 ranks has its share of the cores
@@ -41,10 +39,7 @@ def test_alst_features_under_zero3_with_offload_match_the_plain_run(runs):
 def test_two_stage_run_starts_stage_two_from_stage_one(runs):
     """Also the long-context evaluations: a passkey test of stage 1's model, and the loss by position of each
     stage's held-back row at its end (the run page draws both)."""
-    run_dir = runs.get("stages", sp=2, dp=1, gas=1, steps=1, seq_len=512,  # the plan is estimated at the longest
-                       stages=[{"seq_len": 256, "steps": 4},
-                               {"kind": "passkey", "seq_len": 512, "lengths": [128, 512], "depths": [0, 0.5, 1]},
-                               {"seq_len": 512, "steps": 3}], eval_rows=1)
+    run_dir = runs.stages()
     m = metrics(run_dir)
     assert [x["step"] for x in m] == list(range(1, 8))
     evals = read_evals(run_dir)

@@ -42,7 +42,7 @@ class Runs:
             if not (run_dir / TRAINED).exists():
                 shutil.rmtree(run_dir, ignore_errors=True)  # a process that failed here left a partial run
                 plan = make_plan(self.root / f"{name}.json", self.data, **layout)
-                proc = train(plan, run_dir)
+                proc = train(plan, run_dir, timeout=600)  # a loaded machine: seen 365 s for the ALST run
                 check_ok(proc)
                 (run_dir / "console.txt").write_text(proc.stdout + proc.stderr)
                 (run_dir / TRAINED).touch()
@@ -58,6 +58,22 @@ class Runs:
 
     def dp2(self):
         return self.get("dp2", sp=1, dp=2, gas=1, steps=STEPS, **EVALS)
+
+    def alst(self):
+        """Every ALST memory feature on, ZeRO-3 with optimizer and parameter offload (test_trainer_features,
+        test_trainer_memory)."""
+        alst = {"zero_stage": 3, "offload_optimizer": True, "offload_params": True, "activation_checkpointing": True,
+                "checkpoint_offload": True, "tiled_mlp": True, "tiled_logits_loss": True, "expandable_segments": True}
+        return self.get("alst", sp=2, dp=1, gas=2, steps=5, training=alst)
+
+    def stages(self):
+        """Two training stages and a passkey test between them, ZeRO-2 with checkpoint offload (the plan is
+        estimated at its longest seq_len)."""
+        return self.get("stages", sp=2, dp=1, gas=1, steps=1, seq_len=512,
+                        stages=[{"seq_len": 256, "steps": 4},
+                                {"kind": "passkey", "seq_len": 512, "lengths": [128, 512], "depths": [0, 0.5, 1]},
+                                {"seq_len": 512, "steps": 3}], eval_rows=1,
+                        training={"activation_checkpointing": True, "checkpoint_offload": True})
 
     def sp2dp2(self):  # 4 ranks, 2 rows per step like `single`; a checkpoint after step 3 (odd). Only
         return self.get("sp2dp2", sp=2, dp=2, gas=1, steps=5, checkpoint_every=3,  # test_trainer_resume uses it

@@ -11,6 +11,7 @@ from worker.trainer.data import (
     BYTE_PAD,
     ByteTokenizer,
     DataError,
+    hold_back,
     pack_documents,
     prepare_all_stages,
     read_documents,
@@ -35,6 +36,19 @@ def test_pack_pads_the_last_row_to_seq_len_with_masked_labels():
     assert p["input_ids"][1].tolist() == [5, 9, 7, 7]
     assert p["labels"][1].tolist() == [-100, 9, -100, -100]
     assert p["position_ids"][1].tolist() == [0, 1, 2, 3]
+
+
+def test_the_evaluation_holds_back_the_last_complete_rows():
+    """A padded last row has its targets in its first part only (under SP, all in the first shard): it stays with the
+    training rows, and the rows before it are held back."""
+    rows = {"input_ids": np.arange(5)[:, None] * np.ones((1, 4), dtype=np.int64)}
+    train, held = hold_back(rows, 2, padded_last=True)
+    assert held["input_ids"][:, 0].tolist() == [2, 3] and train["input_ids"][:, 0].tolist() == [0, 1, 4]
+    train, held = hold_back(rows, 2, padded_last=False)
+    assert held["input_ids"][:, 0].tolist() == [3, 4] and train["input_ids"][:, 0].tolist() == [0, 1, 2]
+    assert hold_back(rows, 0, padded_last=True) == (rows, None)
+    train, held = hold_back(rows, 4, padded_last=True)  # no complete row to spare: the padded one is held too
+    assert held["input_ids"][:, 0].tolist() == [1, 2, 3, 4] and train["input_ids"][:, 0].tolist() == [0]
 
 
 def test_every_row_has_seq_len_and_labels_match_inputs_off_the_boundaries():

@@ -106,3 +106,41 @@ def test_ulab_train_fails_before_any_rank_with_one_line(tmp_path, plan, data, ne
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and needle in lines[0], proc.stderr
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_a_flash_attention_kernel_the_machine_lacks_fails_at_the_start_naming_the_field():
+    """No flash-attn here: on a CUDA machine without it the run stops before any rank builds the model (and the dry
+    run says so), instead of Transformers' ImportError mid-run; CPU ranks run sdpa whatever the plan says."""
+    import importlib.util
+
+    assert importlib.util.find_spec("flash_attn") is None
+    for kernel, package in (("flash_attention_2", "flash-attn"), ("flash_attention_3", "flash-attn-3")):
+        spec = RunSpec.from_plan(with_("training.attn_implementation", kernel))
+        assert spec.depends_on_device  # so `ulab train` checks it before starting the ranks (cli.validate)
+        spec.check_device(cuda=False)
+        with pytest.raises(PlanError, match=rf"^training\.attn_implementation: {kernel} needs the {package}"):
+            spec.check_device(cuda=True)
+        with pytest.raises(PlanError, match=r"^training\.attn_implementation: "):
+            spec.check_attention(cuda=True)  # what `ulab train --dry-run` runs
+    RunSpec.from_plan(GOOD).check_device(cuda=True)  # sdpa needs nothing
+
+
+@pytest.mark.parametrize("expandable,env,want", [
+    (True, None, "expandable_segments:True"),
+    (True, "max_split_size_mb:128", "max_split_size_mb:128,expandable_segments:True"),
+    (True, "expandable_segments:False,roundup_power2_divisions:4",
+     "roundup_power2_divisions:4,expandable_segments:True"),
+    (False, None, None),
+    (False, "max_split_size_mb:128", "max_split_size_mb:128"),  # the environment's own setting stays
+])
+def test_expandable_segments_set_the_allocator_config_of_the_ranks(monkeypatch, expandable, env, want):
+    from worker.trainer.cli import set_alloc_conf
+
+    if env is None:
+        monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    else:
+        monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", env)
+    set_alloc_conf(RunSpec.from_plan(with_("training.expandable_segments", expandable)))
+    import os
+
+    assert os.environ.get("PYTORCH_CUDA_ALLOC_CONF") == want

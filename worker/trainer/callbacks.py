@@ -75,11 +75,9 @@ class StepMetricsCallback(TrainerCallback):
 
     def on_train_end(self, args, state, control, **kw):
         self.memory.abort()
-        stats = getattr(getattr(self.trainer, "offload", None), "stats", None)  # CheckpointHiddenStatesOffload's
-        if self.rank == 0 and stats is not None:  # on CPU ranks DeepSpeed keeps them in place (skipped)
-            print(f"checkpoint offload, last micro batch: {stats.offloaded_tensors} hidden states offloaded "
-                  f"({stats.offloaded_bytes / GIB:.3f} GiB to host), {stats.skipped_marked_tensors} kept in place",
-                  flush=True)
+        offload = getattr(self.trainer, "offload", None)  # offload.LayerInputOffload
+        if self.rank == 0 and hasattr(offload, "summary"):  # on CPU ranks DeepSpeed keeps them in place
+            print(f"checkpoint offload, last micro batch: {offload.summary()}", flush=True)
 
     def on_substep_end(self, args, state, control, **kw):  # between micro-batches of one optimizer step
         self.memory.next_micro_batch()

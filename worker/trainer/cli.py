@@ -84,6 +84,16 @@ def validate(plan_path: Path, run_dir: Path, resume: bool = False) -> RunSpec:
     return spec
 
 
+def set_alloc_conf(spec: RunSpec) -> None:
+    """PYTORCH_CUDA_ALLOC_CONF (training.expandable_segments) in this process's environment, before anything touches
+    CUDA: torchrun passes it on to the ranks, and a rank started by hand sets it for itself here."""
+    from plan.launch import ALLOC_CONF_ENV, alloc_conf
+
+    value = alloc_conf(spec.spec, os.environ.get(ALLOC_CONF_ENV))
+    if value is not None:
+        os.environ[ALLOC_CONF_ENV] = value
+
+
 def build_cpu_adam() -> None:
     """DeepSpeedCPUAdam is a C++ extension that DeepSpeed builds on first use (g++ and ninja, about a minute on 2
     cores) and caches in torch's extensions directory. Build it here, once, before the ranks start, instead of
@@ -104,6 +114,7 @@ def run_dry(plan_path: Path) -> int:
 
     try:
         spec = RunSpec.from_plan(load_plan(plan_path))
+        spec.check_attention(cuda=torch.cuda.is_available())  # the rest of check_device: at the run's start
     except PlanError as e:
         _say(f"error: {e}")
         return EXIT_BAD_INPUT
@@ -166,6 +177,7 @@ def run_train(plan_path: Path, run_dir: Path, resume: bool, attempt: int | None 
         resume = True
     try:
         spec = validate(plan_path, run_dir, resume)
+        set_alloc_conf(spec)
     except (PlanError, DataError) as e:
         _say(f"error: {e}")
         try:

@@ -262,3 +262,21 @@ def _check_held_back(spec, path: Path, seq_len: int, rows: int) -> None:
 def load_stage_rows(run_dir: Path, stage_index: int) -> dict[str, np.ndarray]:
     with np.load(stage_data_path(run_dir, stage_index)) as z:
         return {k: z[k] for k in z.files}
+
+
+def hold_back(rows: dict[str, np.ndarray], n: int, padded_last: bool) -> tuple[dict, dict | None]:
+    """(training rows, evaluation rows): the last n complete rows are held back, never trained on. A last row that
+    packing padded (`padded_last`: the stage's tokens do not fill its rows) stays with the training rows: its targets
+    sit in its first part only, so under Ulysses they would all fall in the first shard and an evaluation on it
+    could not see whether attention crosses the shards."""
+    if not n:
+        return rows, None
+    total = next(iter(rows.values())).shape[0]
+    end = total - 1 if padded_last and total > n + 1 else total
+    keep = np.r_[0:end - n, end:total]
+    return {k: v[keep] for k, v in rows.items()}, {k: v[end - n:end] for k, v in rows.items()}
+
+
+def last_row_padded(run_dir: Path, stage_index: int) -> bool:
+    meta = json.loads(stage_data_path(run_dir, stage_index).with_suffix(".json").read_text())
+    return int(meta["tokens"]) < int(meta["rows"]) * int(meta["seq_len"])

@@ -2,7 +2,10 @@
 
 Both run on every rank in lockstep, through the model as it trains: under Ulysses each rank feeds its contiguous
 1/sp shard of the sequence (as DeepSpeed's UlyssesSPDataLoaderAdapter shards a training batch), the attention's
-all-to-all runs as in training, and ZeRO-3 gathers the parameters for the forward. Every data-parallel group
+all-to-all runs as in training, and ZeRO-3 gathers the parameters for the forward. The model is in eval mode, and
+Accelerate registers Ulysses with `disable_in_eval=True` (each rank would then attend only within its own shard,
+ulysses_sp.py `if not module.training and self.disable_in_eval`): `sp_attention_in_eval` keeps it on, sized for
+one row, for the duration. Every data-parallel group
 scores the same rows, so sums and counts reduced over the world keep the means exact. Logits are made a tile of
 the shard at a time (TILE_BYTES of fp32 logits at most), so a 1M-token context never holds a [S, vocab] tensor.
 
@@ -21,6 +24,7 @@ Records (rank 0 writes them to the metrics file; the shipper stores each number 
 """
 from __future__ import annotations
 
+import contextlib
 import random
 
 import numpy as np
@@ -53,6 +57,42 @@ def _sp():
         return groups._get_sequence_parallel_world_size(), groups._get_sequence_parallel_rank()
     except Exception:  # no SP groups (sp_size 1)
         return 1, 0
+
+
+def _ulysses(model):
+    """The UlyssesSPAttentionHF that DeepSpeed registered in place of the model's attention function (its wrapper
+    closes over it), or None without SP."""
+    from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPAttentionHF
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    name = getattr(model.config, "_attn_implementation", None)
+    fn = ALL_ATTENTION_FUNCTIONS[name] if name in ALL_ATTENTION_FUNCTIONS else None
+    for cell in getattr(fn, "__closure__", None) or ():
+        if isinstance(cell.cell_contents, UlyssesSPAttentionHF):
+            return cell.cell_contents
+    return None
+
+
+@contextlib.contextmanager
+def sp_attention_in_eval(model, batch_size: int = 1):
+    """Ulysses attention on while the model is in eval mode, for micro batches of `batch_size` rows (it checks the
+    shapes against the training micro batch size); everything restored on exit."""
+    u = _ulysses(model) if _sp()[0] > 1 else None
+    if u is None:
+        yield
+        return
+    names = ("disable_in_eval", "batch_size", "required_query_shape", "required_key_value_shape",
+             "required_context_shape")
+    saved = {k: getattr(u, k) for k in names}
+    u.disable_in_eval, u.batch_size = False, batch_size
+    for k in names[2:]:  # [seq, batch, ...]; the sequence dimension follows each call (seq_length_is_variable)
+        shape = getattr(u, k)
+        setattr(u, k, torch.Size([shape[0], batch_size, *shape[2:]]))
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(u, k, v)
 
 
 def _token_losses(model, input_ids: np.ndarray, position_ids: np.ndarray, labels: np.ndarray, device):
@@ -92,7 +132,7 @@ def position_loss(model, rows: dict[str, np.ndarray], seq_len: int, device) -> d
     was_training = model.training
     model.eval()
     try:
-        with torch.no_grad():
+        with torch.no_grad(), sp_attention_in_eval(model):
             for r in range(rows["input_ids"].shape[0]):
                 loss, _, _, pos = _token_losses(model, rows["input_ids"][r], rows["position_ids"][r],
                                                 rows["labels"][r], device)
@@ -135,7 +175,7 @@ def passkey(model, tok, lengths: list[int], depths: list[float], trials: int, se
     was_training = model.training
     model.eval()
     try:
-        with torch.no_grad():
+        with torch.no_grad(), sp_attention_in_eval(model):
             for c, (n, d) in enumerate(cells):
                 for _ in range(trials):
                     row = passkey_row(tok, n, d, rng.randrange(10_000, 100_000))

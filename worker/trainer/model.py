@@ -64,24 +64,32 @@ def enable_tiled_mlp(model) -> int:
 
 
 def checkpoint_offloader(enabled: bool):
-    """DeepSpeed's `CheckpointHiddenStatesOffload`: the hidden states saved at each checkpointed layer's input
-    go to (pinned) CPU memory until backward needs them. Needs activation checkpointing.
+    """The activation-checkpoint offload context (offload.LayerInputOffload, DeepSpeed's engine) or a null context.
+    Needs activation checkpointing, and `offload.mark_checkpointed_inputs` on the model.
 
-    One instance serves every micro batch (entered once per training step): its pool of pinned host buffers
-    then outlives the step, instead of pinning fresh host memory for every micro batch. DeepSpeed offloads only
-    from an accelerator (on CPU ranks it counts the marked tensors and keeps them where they are)."""
+    One instance serves every micro batch (entered once per micro batch): its pool of pinned host buffers then
+    outlives the step, instead of pinning fresh host memory for every micro batch. DeepSpeed offloads only from an
+    accelerator (on CPU ranks the marked inputs are taken by the checkpoint and kept where they are)."""
     if not enabled:
         return contextlib.nullcontext()
-    from deepspeed.runtime.activation_checkpointing.offload_activations import CheckpointHiddenStatesOffload
+    from .offload import LayerInputOffload
 
     cuda = torch.cuda.is_available()
-    return CheckpointHiddenStatesOffload(use_pin_memory=cuda, use_streams=cuda)
+    return LayerInputOffload(use_pin_memory=cuda, use_streams=cuda)
+
+
+def loss_shards(tokens: int, vocab: int) -> int:
+    """Shards of the tiled logits loss: ALST's (ArcticTraining) about 1 GiB of fp32 logits each, the planner's
+    rule and constant (plan.memory.tiled_loss_shard_tokens, TILED_LOSS_SHARD_BYTES), read at call time."""
+    from plan import memory
+
+    return max(1, math.ceil(tokens / max(1, memory.TILED_LOSS_SHARD_BYTES // (4 * vocab))))
 
 
 class TiledLossHead(torch.nn.Module):
     """Stands in for the model's lm_head when `tiled_logits_loss` is on: given the final hidden states it returns
     the token-loss sum (times `scale`) as a [1, 1, 1] "logits" tensor, computing logits one sequence shard at a
-    time (about hidden-size tokens per shard), never for the whole sequence.
+    time (`loss_shards`: about 1 GiB of fp32 logits per shard), never for the whole sequence.
 
     It runs inside the model's forward and calls the real lm_head as a submodule, like DeepSpeed's TiledMLP does,
     so ZeRO-3 gathers the partitioned weight through its module hooks (calling the head from outside the
@@ -108,7 +116,7 @@ class TiledLossHead(torch.nn.Module):
 
         labels, scale, head = self.labels, self.scale, self.head
         bs, seqlen = hidden.shape[:2]
-        shards = max(1, math.ceil(bs * seqlen / max(1, hidden.shape[-1])))
+        shards = loss_shards(bs * seqlen, head.out_features)
         if torch.distributed.is_initialized():
             t = torch.tensor(shards, device=hidden.device)
             torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)

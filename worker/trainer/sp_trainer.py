@@ -30,7 +30,7 @@ class PackedRows(Dataset):
 
     def __init__(self, rows: dict, offset: int, length: int, *, sp: int = 1, dp: int = 1, grad_accum: int = 1,
                  micro_batch: int = 1):
-        self.rows = {k: torch.from_numpy(v) for k, v in rows.items()}
+        self.rows = dict(rows)  # numpy: a row is copied out of it without a torch op (below)
         self.n = self.rows["input_ids"].shape[0]
         self.offset, self.length = offset, length
         self.layout = {"sp": sp, "dp": dp, "grad_accum": grad_accum, "micro_batch": micro_batch}
@@ -50,7 +50,10 @@ class PackedRows(Dataset):
 
     def __getitem__(self, i: int) -> dict:
         r = (self.offset + step_row(i, **self.layout)) % self.n
-        return {k: v[r] for k, v in self.rows.items()}
+        # a copy of the row, made by numpy: a torch view's storage is the whole stage's array, which the CPU memory
+        # meter (metrics.TensorMemoryTracker counts storages) counted in every step that fetched a batch (1.4 MiB
+        # for the test corpus, as much as the step's activations)
+        return {k: torch.from_numpy(v[r].copy()) for k, v in self.rows.items()}
 
 
 class UlyssesTrainer(Trainer):
@@ -66,6 +69,10 @@ class UlyssesTrainer(Trainer):
         self.liger_loss = bool(self.args.use_liger_kernel) and not tiled_logits and zero_stage < 3
         self.zero_stage = zero_stage
         self.offload = checkpoint_offloader(checkpoint_offload)  # one context for every micro batch
+        if checkpoint_offload:  # the mark sits on each layer's forward: after ZeRO-3's pre-hooks (offload.py)
+            from .offload import mark_checkpointed_inputs
+
+            mark_checkpointed_inputs(self.model, self.offload)
         self.world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
         self.dp = self.world // max(1, sp_size)
         # ZeRO-3 hands Ulysses gradients back at 1/sp of what ZeRO-1/2 (and one process) give: measured, the grad

@@ -6,6 +6,7 @@ training code reads, the stage bookkeeping of progressive extension).
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,10 @@ from typing import Any
 from plan import Plan, Spec, validate
 from plan.errors import first_line
 from plan.model import StagePlan
+
+# attention kernels that are packages of their own: (module Transformers imports, the package to install)
+ATTENTION_PACKAGES = {"flash_attention_2": ("flash_attn", "flash-attn"),
+                      "flash_attention_3": ("flash_attn_interface", "flash-attn-3 (flash_attn_interface)")}
 
 
 class PlanError(ValueError):
@@ -39,7 +44,8 @@ class RunSpec:
     @property
     def depends_on_device(self) -> bool:
         """Whether `check_device` has anything to check for this plan."""
-        return self.liger_kernel or (self.sp_size > 1 and self.attn_implementation == "flex_attention")
+        return (self.liger_kernel or (self.sp_size > 1 and self.attn_implementation == "flex_attention")
+                or self.attn_implementation in ATTENTION_PACKAGES)
 
     def check_device(self, cuda: bool) -> None:
         """Rules that depend on the machine the ranks run on (the plan itself stays valid for a GPU); PlanError
@@ -47,10 +53,20 @@ class RunSpec:
         if self.liger_kernel and not cuda:
             raise PlanError("training.liger_kernel: Liger's kernels are Triton kernels and need a CUDA device; this "
                             "machine has none (set it to false for a CPU run)")
+        self.check_attention(cuda)
         if cuda and self.sp_size > 1 and self.attn_implementation == "flex_attention":
             raise PlanError("training.attn_implementation: flex_attention under Ulysses (sp_size > 1) attends across "
                             "the packed documents' boundaries (DeepSpeed rebuilds a plain causal block mask); use "
                             "flash_attention_2 or sdpa")
+
+    def check_attention(self, cuda: bool) -> None:
+        """A flash-attention kernel the machine lacks fails here, naming the field, instead of with Transformers'
+        ImportError once the ranks build the model. (CPU ranks run sdpa whatever the plan says: plan.launch
+        effective_attn.)"""
+        package = ATTENTION_PACKAGES.get(self.attn_implementation)
+        if cuda and package and importlib.util.find_spec(package[0]) is None:
+            raise PlanError(f"training.attn_implementation: {self.attn_implementation} needs the {package[1]} package, "
+                            f"which this machine does not have (install it, or use sdpa)")
 
     def __getattr__(self, name: str) -> Any:  # training fields: zero_stage, tiled_mlp, dtype, ...
         if name.startswith("_"):

@@ -31,7 +31,7 @@ from .attention import install_document_attention
 from .callbacks import STOP, StepMetricsCallback, install_stop_handler
 from .checkpoints import latest_checkpoint
 from .collectives import check_shared_run_dir, share_cores
-from .data import load_stage_rows, tokenizer_for
+from .data import hold_back, last_row_padded, load_stage_rows, tokenizer_for
 from .evaluate import passkey, position_loss
 from .exits import EXIT_FAILED, EXIT_OK, EXIT_OOM, EXIT_PREEMPTED, say_last_words, says_out_of_memory
 from .metrics import MemoryMeter, MetricsWriter, peak_tflops
@@ -97,6 +97,7 @@ def run_stage(spec, run_dir: Path, stage_index: int, *, resume_from: Path | None
     from transformers import TrainingArguments, default_data_collator
 
     from .sp_trainer import PackedRows, UlyssesTrainer
+    from .states import StatesCallback
 
     stage = spec.stages[stage_index]
     step_offset = sum(s.steps for s in spec.stages[:stage_index])
@@ -113,11 +114,9 @@ def run_stage(spec, run_dir: Path, stage_index: int, *, resume_from: Path | None
     length = stage.steps * samples_per_step
     unit = spec.world_size * spec.micro_batch_size
     length = -(-length // unit) * unit
-    rows = load_stage_rows(run_dir, stage_index)
-    held = spec.run.eval_rows  # the last rows, never trained on: the loss-by-position evaluation's (evaluate.py)
-    eval_rows = {k: v[-held:] for k, v in rows.items()} if held else None
-    if held:
-        rows = {k: v[:-held] for k, v in rows.items()}
+    # the last complete rows, never trained on: the loss-by-position evaluation's (evaluate.py)
+    rows, eval_rows = hold_back(load_stage_rows(run_dir, stage_index), spec.run.eval_rows,
+                                last_row_padded(run_dir, stage_index))
     dataset = PackedRows(rows, offset=(step_offset + steps_done) * samples_per_step, length=length,
                          sp=spec.sp_size, dp=spec.dp_size, grad_accum=spec.grad_accum,
                          micro_batch=spec.micro_batch_size)
@@ -161,6 +160,7 @@ def run_stage(spec, run_dir: Path, stage_index: int, *, resume_from: Path | None
         cb.evaluate_every = (spec.run.eval_every, evaluate_positions)
     if os.environ.get("ULAB_TRAINER_BARE") != "1":  # bench/trainer_overhead.py measures the loop without it
         trainer.add_callback(cb)
+        trainer.add_callback(StatesCallback(trainer, run_dir, stage_index, spec.zero_stage))  # states.py
     t0 = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     if rank == 0:
