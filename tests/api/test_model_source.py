@@ -57,6 +57,15 @@ def test_a_name_under_the_models_root_resolves_to_its_directory(client, admin, m
     assert r.json()["spec"]["run"]["model_path"] == str((models_dir / "acme" / "tiny-llama").resolve())
 
 
+def test_planning_and_exports_of_a_preset_run_never_need_its_weights(client, admin, data):
+    """Issue 28: a planning host holds no weights; the estimate, --effective, the exports and the zip answer."""
+    plan = PRESET | {"run": {"data": {"path": str(data)}}}
+    for path in ("/api/estimate", "/api/plans/effective", "/api/estimate/export", "/api/estimate/export.zip"):
+        r = client.post(path, json=plan, headers=admin)
+        assert r.status_code == 200, (path, r.text)
+    assert json.loads(client.post("/api/estimate/export", json=plan, headers=admin).json()["plan_json"])["run"]
+
+
 def test_a_preset_without_a_checkpoint_is_refused_at_submit(client, admin, data):
     field, message = error(submit(client, admin, PRESET, {"data": {"path": str(data)}}))
     assert field == "run.model_path"

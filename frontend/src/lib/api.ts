@@ -68,6 +68,7 @@ async function request<T>(method: string, path: string, body?: unknown, signal?:
     body: body === undefined ? undefined : JSON.stringify(body),
     signal,
   });
+  if (res.ok && res.headers.get("Content-Type")?.startsWith("application/zip")) return (await res.blob()) as T;
   const text = await res.text();
   let data: unknown = null;
   try {
@@ -116,6 +117,8 @@ export const api = {
   sweep: (plan: Plan, signal?: AbortSignal, sp_sizes?: number[], seq_lens?: number[]) =>
     request<Sweep>("POST", "/api/estimate/sweep", { plan, sp_sizes, seq_lens }, signal),
   exportPlan: (plan: Plan) => request<Export>("POST", "/api/estimate/export", plan),
+  /** every exported file for every node, in one zip (the plan needs a run section) */
+  exportZip: (plan: Plan) => request<Blob>("POST", "/api/estimate/export.zip", plan),
   /** configurations that fit the plan's model and hardware at its seq_len (or the longest), best first */
   recommend: (plan: Plan, longest = false, signal?: AbortSignal) =>
     request<Recommend>("POST", "/api/estimate/recommend", { plan, longest }, signal),

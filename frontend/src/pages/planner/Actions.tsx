@@ -31,8 +31,8 @@ const DOWNLOADS = [
   ["sbatch_script", "ulab-job.sbatch", "sbatch script", "ulab-job.sbatch downloaded: sbatch it beside plan.json"],
 ] as const;
 
-function download(name: string, text: string): void {
-  const url = URL.createObjectURL(new Blob([text], { type: "application/json" }));
+function download(name: string, text: string | Blob): void {
+  const url = URL.createObjectURL(typeof text === "string" ? new Blob([text], { type: "application/json" }) : text);
   const a = document.createElement("a");
   a.href = url;
   a.download = name;
@@ -56,10 +56,28 @@ function PerNode({ yamls, lines }: { yamls: string[]; lines: string[] }) {
   );
 }
 
-export function ExportButtons({ plan }: { plan: Plan | null }) {
+/** The exports run what plan.json says: a plan with no run section gets one from these fields (steps, learning rate,
+ * data), so the downloaded plan.json, sbatch script and torchrun lines train as downloaded. */
+function ExportRunFields({ run, setRun }: { run: { steps: string; lr: string; data: string }; setRun: (r: { steps: string; lr: string; data: string }) => void }) {
+  return (
+    <div className="grid2" data-testid="export-run-fields">
+      <div className="muted small">This plan has no run section: the exported plan.json gets these.</div>
+      <label className="field"><span className="field-label">steps</span><input data-testid="export-steps" inputMode="numeric" value={run.steps} onChange={(e) => setRun({ ...run, steps: e.target.value })} /></label>
+      <label className="field"><span className="field-label">learning rate</span><input data-testid="export-lr" value={run.lr} onChange={(e) => setRun({ ...run, lr: e.target.value })} /></label>
+      <label className="field"><span className="field-label">data path (on the cluster)</span><input data-testid="export-data" value={run.data} onChange={(e) => setRun({ ...run, data: e.target.value })} /></label>
+    </div>
+  );
+}
+
+export function ExportButtons({ plan: formPlan, defaults }: { plan: Plan | null; defaults: Record<string, unknown> }) {
   const [shown, setShown] = useState<{ key: string; text: string } | null>(null);
   const [msg, setMsg] = useState("");
   const [perNode, setPerNode] = useState<{ yamls: string[]; lines: string[] } | null>(null);
+  const [run, setRun] = useState({ steps: String(defaults.steps ?? ""), lr: String(defaults.learning_rate ?? ""), data: "examples/data/sample.txt" });
+  const needsRun = !!formPlan && !formPlan.run;
+  const plan: Plan | null = formPlan && needsRun
+    ? { ...formPlan, run: { steps: Number(run.steps), learning_rate: Number(run.lr), data: { path: run.data } } as RunSection }
+    : formPlan;
   const onCopy = async (key: (typeof EXPORTS)[number][0], label: string) => {
     if (!plan) return;
     try {
@@ -98,6 +116,15 @@ export function ExportButtons({ plan }: { plan: Plan | null }) {
             }
           }}>Download {label}</button>
         ))}
+        <button type="button" data-testid="download-zip" disabled={!plan} onClick={async () => {
+          if (!plan) return;
+          try {
+            download("ulysses-lab-plan.zip", await api.exportZip(plan));
+            setMsg("ulysses-lab-plan.zip downloaded: every file for every node (README.txt says what runs where)");
+          } catch (e) {
+            setMsg(`export failed: ${(e as Error).message}`);
+          }
+        }}>Download all (zip)</button>
         {plan && plan.hardware.num_nodes && plan.hardware.num_nodes > 1 ? (
           <button type="button" data-testid="show-per-node" onClick={async () => {
             const x = await api.exportPlan(plan);
@@ -105,6 +132,7 @@ export function ExportButtons({ plan }: { plan: Plan | null }) {
           }}>Per-node files</button>
         ) : null}
       </div>
+      {needsRun ? <ExportRunFields run={run} setRun={setRun} /> : null}
       {msg ? <div className="muted" data-testid="copy-status">{msg}</div> : null}
       {shown ? <pre className="export" data-testid="export-text">{shown.text}</pre> : null}
       {perNode ? <PerNode {...perNode} /> : null}
