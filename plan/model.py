@@ -198,11 +198,12 @@ class RunSection(Section):
                                                                 "(0: at the end of each stage only)")
     track_memory: bool = Field(True, description="Measure each rank's peak memory per step")
     # Alerts at metric ingest (backend/metrics/alerts.py). 10x: cross-entropy starts near ln(vocab) and falls, so a
-    # healthy run stays within a few times its early minimum; a diverging one grows by orders of magnitude.
+    # healthy run stays within a few times its running minimum; a diverging one grows by orders of magnitude.
     divergence_factor: float = Field(10.0, gt=1, le=1e6, description="Alert when the loss exceeds this many times "
-                                                                    "its minimum over the first 10 steps")
+                                                                    "the attempt's lowest loss so far (from the "
+                                                                    "attempt's 3rd step)")
     stop_on_nan: bool = Field(True, description="Stop the run (with a checkpoint) when loss or grad norm is NaN/Inf")
-    stop_on_divergence: bool = Field(False, description="Stop the run (with a checkpoint) when the loss diverged")
+    stop_on_divergence: bool = Field(True, description="Stop the run (with a checkpoint) when the loss diverged")
     # A spike of 10x the recent median is far outside the step-to-step spread of a healthy run's grad norm (which
     # clipping at max_grad_norm hides from the update, not from the measurement).
     grad_norm_factor: float = Field(10.0, gt=1, le=1e6, description="Alert when the grad norm exceeds this many "

@@ -9,6 +9,7 @@ import logging
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import or_, select
 from sqlalchemy.exc import IntegrityError
@@ -171,7 +172,8 @@ def enqueue(run: Run) -> None:
 CHECKPOINT_REF = re.compile(r"^stage\d{1,4}/checkpoint-\d{1,12}$")  # as worker/trainer/checkpoints.py names one
 
 
-def retry_run(session: Session, run_id: int, from_checkpoint: str | None = None) -> Run:
+def retry_run(session: Session, run_id: int, from_checkpoint: str | None = None,
+              changes: dict[str, Any] | None = None) -> Run:
     """Queue the next attempt of a run that did not succeed; the worker resumes it from its last checkpoint, or from
     `from_checkpoint` (stage<i>/checkpoint-<step>, one listed by `checkpoints`): the trainer's launcher moves the
     newer ones to RUN_DIR/checkpoints-discarded/attempt-N before its ranks start."""
@@ -184,12 +186,32 @@ def retry_run(session: Session, run_id: int, from_checkpoint: str | None = None)
             raise UserError(422, "from_checkpoint", f"run {run_id} has no complete checkpoint {from_checkpoint} "
                                                     f"(on disk: {', '.join(sorted(on_disk)) or 'none'})")
     check_sources(run)
+    said = change_run_section(run, changes or {})
     transitions.queue_retry(run)
     run.resume_from = from_checkpoint
+    if said:  # the run's timeline shows it (events)
+        run.changes = [*(run.changes or []), {"at": transitions.now().isoformat(), "attempt": run.attempt,
+                                              "message": said}]
     session.commit()
     enqueue(run)
     session.refresh(run)
     return run
+
+
+def change_run_section(run: Run, changes: dict[str, Any]) -> str:
+    """Resume with another learning rate or schedule (`run.learning_rate`, `run.lr_scheduler`, and each stage's own):
+    the stored spec changes, checked by the plan model; answers what changed ("" for nothing)."""
+    changes = {k: v for k, v in changes.items() if v is not None}
+    section = run.spec.get("run") or {}
+    said = [f"{k} {section.get(k)} -> {v}" for k, v in changes.items() if section.get(k) != v]
+    if not said:
+        return ""
+    spec = copy.deepcopy(run.spec)
+    spec["run"].update(changes)
+    for stage in spec["run"].get("stages") or []:
+        stage.update({k: v for k, v in changes.items() if stage.get(k) is not None})
+    run.spec = valid_or_422(spec).effective()
+    return "resumed with " + ", ".join(said)
 
 
 def cancel_run(session: Session, run_id: int, by: Principal) -> Run:
@@ -280,6 +302,9 @@ def events(run: Run) -> list[dict]:
         out.append({"at": run.started_at, "kind": "attempt_started", "attempt": run.attempt,
                     "message": run.worker or ""})
     for alert in run.alerts:
-        out.append({"at": alert.created_at, "kind": "alert", "step": alert.step, "message": alert.message,
-                    "stopped": alert.stopped})
+        out.append({"at": alert.created_at, "kind": "alert", "attempt": alert.attempt, "step": alert.step,
+                    "message": alert.message, "stopped": alert.stopped})
+    for change in run.changes or []:
+        out.append({"at": datetime.fromisoformat(change["at"]), "kind": "changed", "attempt": change["attempt"],
+                    "message": change["message"]})
     return sorted(out, key=lambda e: transitions.as_utc(e["at"]))

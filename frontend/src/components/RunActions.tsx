@@ -27,7 +27,7 @@ export function RunActions({ run, onChange, compact }: { run: Run; onChange: (r:
     }
   };
   const terminal = TERMINAL.includes(run.state);
-  const retryable = ["failed", "oom", "lost", "cancelled"].includes(run.state);
+  const retryable = ["failed", "oom", "lost", "cancelled", "stopped"].includes(run.state);
   const id = run.id;
   return (
     <span className={`actions ${compact ? "compact" : ""}`}>

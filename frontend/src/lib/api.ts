@@ -33,7 +33,7 @@ export function gpuName(gpu: string | CustomGpu | undefined): string {
 
 export type RunState =
   | "pending_approval" | "queued" | "starting" | "running"
-  | "succeeded" | "failed" | "oom" | "cancelled" | "lost";
+  | "succeeded" | "failed" | "oom" | "cancelled" | "lost" | "stopped";
 
 /** A run as the API answers it; its spec is the plan it runs, every default filled in. */
 export type Run = Omit<Schemas["RunOut"], "spec" | "state" | "attempts"> & { spec: Plan; state: RunState; attempts?: Attempt[] };
@@ -49,7 +49,7 @@ export type MetricSeries = { rank: number; step: number[]; min: number[]; max: n
 export type MetricQuery = { name: string; series: MetricSeries[] };
 export type StreamPoint = { rank: number; step: number; name: string; value: number };
 
-export const TERMINAL: RunState[] = ["succeeded", "failed", "oom", "cancelled", "lost"];
+export const TERMINAL: RunState[] = ["succeeded", "failed", "oom", "cancelled", "lost", "stopped"];
 
 export class ApiError extends Error {
   status: number;
@@ -150,7 +150,9 @@ export const api = {
   /** the next attempt of the same run, resuming from its last checkpoint (approvers) */
   retry: (id: number) => request<Run>("POST", `/api/runs/${id}/retry`),
   /** "resume from here": the next attempt resumes from this checkpoint; newer ones are moved aside (approvers) */
-  retryFrom: (id: number, checkpoint: string) => request<Run>("POST", `/api/runs/${id}/retry`, { from_checkpoint: checkpoint }),
+  /** "resume from here", optionally at another learning rate or schedule (the run's timeline records it) */
+  retryFrom: (id: number, checkpoint: string, change?: { learning_rate?: number; lr_scheduler?: string }) =>
+    request<Run>("POST", `/api/runs/${id}/retry`, { from_checkpoint: checkpoint, ...change }),
   /** the end of the trainer log: all of it, one rank's lines or the launcher's, only lines containing `q` */
   log: (id: number, lines = 200, filter: LogFilter = {}) =>
     request<{ lines: string[]; ranks: number }>("GET", `/api/runs/${id}/log?${logParams(filter, lines)}`),

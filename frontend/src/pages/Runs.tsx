@@ -4,7 +4,7 @@ import { api, gpuName, TERMINAL, type Run, type RunState } from "../lib/api";
 import { fmtDuration, fmtNum, fmtSeq, fmtTime, parseTime } from "../lib/format";
 import { navigate } from "../lib/route";
 
-const STATES: RunState[] = ["pending_approval", "queued", "starting", "running", "succeeded", "failed", "oom", "cancelled", "lost"];
+const STATES: RunState[] = ["pending_approval", "queued", "starting", "running", "succeeded", "failed", "oom", "cancelled", "lost", "stopped"];
 
 type Col = { key: string; label: string; value: (r: Run) => number | string; cls?: string };
 

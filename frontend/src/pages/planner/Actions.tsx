@@ -153,6 +153,16 @@ const RUN_NUMBERS = [
 ] as const;
 type RunNumber = (typeof RUN_NUMBERS)[number][0];
 
+/** The alert rules that can stop a run (backend/metrics/alerts.py): (stop switch, its threshold or null, label). */
+const GUARDRAILS = [
+  ["stop_on_nan", null, "loss or grad norm is NaN/Inf"],
+  ["stop_on_divergence", "divergence_factor", "loss above this many x the attempt's lowest (from its 3rd step)"],
+  ["stop_on_grad_norm", "grad_norm_factor", "grad norm above this many x its median of the last 100 steps"],
+  ["stop_on_throughput", "throughput_floor", "tokens/s below this fraction of the median, 5 steps in a row"],
+  ["stop_on_stall", "stall_after_s", "no step for this many seconds"],
+] as const;
+type Guard = (typeof GUARDRAILS)[number];
+
 export function SubmitRun({ plan, valid, initial, defaults, schedulers }: {
   plan: Plan | null; valid: boolean; initial?: RunSection | null; defaults: Record<string, unknown>; schedulers: string[];
 }) {
@@ -167,6 +177,11 @@ export function SubmitRun({ plan, valid, initial, defaults, schedulers }: {
     () => Object.fromEntries(RUN_NUMBERS.map(([k]) => [k, String(initial?.[k] ?? defaults[k] ?? "")])) as Record<RunNumber, string>);
   const [scheduler, setScheduler] = useState(String(initial?.lr_scheduler ?? defaults.lr_scheduler));
   const [modelPath, setModelPath] = useState(initial?.model_path ?? "");
+  const [stops, setStops] = useState<Record<string, boolean>>(
+    () => Object.fromEntries(GUARDRAILS.map(([k]) => [k, Boolean(initial?.[k] ?? defaults[k])])));
+  const [thresholds, setThresholds] = useState<Record<string, string>>(
+    () => Object.fromEntries(GUARDRAILS.map((g) => g[1]).filter((t): t is NonNullable<Guard[1]> => t !== null)
+      .map((t) => [t, String(initial?.[t] ?? defaults[t] ?? "")])));
   const [priority, setPriority] = useState("0");
   const [retries, setRetries] = useState("0");
   const [busy, setBusy] = useState(false);
@@ -183,6 +198,7 @@ export function SubmitRun({ plan, valid, initial, defaults, schedulers }: {
           ...(initial ?? {}), steps: Number(steps), learning_rate: Number(lr), data: { ...initial?.data, path: data },
           ...Object.fromEntries(RUN_NUMBERS.map(([k]) => [k, Number(numbers[k])])),
           lr_scheduler: scheduler as RunSection["lr_scheduler"],
+          ...stops, ...Object.fromEntries(Object.entries(thresholds).map(([k, v]) => [k, Number(v)])),
           // empty: the API resolves the preset under the models root (ULAB_MODELS_DIR) or the hub cache
           model_path: modelPath.trim() || null,
         },
@@ -219,6 +235,18 @@ export function SubmitRun({ plan, valid, initial, defaults, schedulers }: {
           </label>
         ))}
       </div>
+      <fieldset className="guardrails" data-testid="run-guardrails">
+        <legend>Stop the run (with a checkpoint) when</legend>
+        {GUARDRAILS.map(([stop, threshold, label]) => (
+          <div key={stop} className="guardrail">
+            <label><input type="checkbox" data-testid={`run-${stop}`} checked={stops[stop]} onChange={(e) => setStops({ ...stops, [stop]: e.target.checked })} /> {label}</label>
+            {threshold ? (
+              <input data-testid={`run-${threshold}`} aria-label={threshold} inputMode="decimal" value={thresholds[threshold]}
+                onChange={(e) => setThresholds({ ...thresholds, [threshold]: e.target.value })} />
+            ) : null}
+          </div>
+        ))}
+      </fieldset>
       <button type="button" className="primary" data-testid="submit-run" disabled={!plan || !valid || busy || !allowed} onClick={submit}>
         {busy ? "Submitting…" : "Submit run"}
       </button>

@@ -24,15 +24,20 @@ function Checkpoints({ run, onChange }: { run: Run; onChange: (r: Run) => void }
   const [rows, setRows] = useState<{ stage: string; step: number; bytes: number; saved_at: string; complete?: boolean }[] | null>(null);
   const [asking, setAsking] = useState<string | null>(null);
   const [error, setError] = useState("");
+  const section = (run.spec?.run ?? {}) as { learning_rate?: number; lr_scheduler?: string };
+  const [lr, setLr] = useState(String(section.learning_rate ?? ""));
+  const [schedule, setSchedule] = useState(String(section.lr_scheduler ?? "constant"));
   useEffect(() => {
     api.checkpoints(run.id).then(setRows).catch(() => setRows([]));
   }, [run.id, run.state, run.last_step]);
   if (!rows || rows.length === 0) return null;
-  const retryable = ["failed", "oom", "lost", "cancelled"].includes(run.state) && can(identity, "approve");
+  const retryable = ["failed", "oom", "lost", "cancelled", "stopped"].includes(run.state) && can(identity, "approve");
   const resume = async (ref: string) => {
     setError("");
     try {
-      onChange(await api.retryFrom(run.id, ref));
+      const rate = Number(lr);
+      if (!(rate > 0)) throw new Error(`learning rate: ${JSON.stringify(lr)} is not a positive number`);
+      onChange(await api.retryFrom(run.id, ref, { learning_rate: rate, lr_scheduler: schedule }));
       setAsking(null);
     } catch (e) {
       setError((e as Error).message);
@@ -58,6 +63,12 @@ function Checkpoints({ run, onChange }: { run: Run; onChange: (r: Run) => void }
                   {asking === ref ? (
                     <span className="confirm" data-testid={`resume-confirm-${c.stage}-${c.step}`}>
                       A new attempt resumes from step {c.step}; newer checkpoints are moved aside.
+                      <label className="field inline"><span className="field-label">learning rate</span>
+                        <input data-testid="resume-lr" value={lr} onChange={(e) => setLr(e.target.value)} /></label>
+                      <label className="field inline"><span className="field-label">schedule</span>
+                        <select data-testid="resume-lr_scheduler" value={schedule} onChange={(e) => setSchedule(e.target.value)}>
+                          {["constant", "linear", "cosine"].map((v) => <option key={v}>{v}</option>)}
+                        </select></label>
                       <button type="button" className="primary" data-testid={`resume-yes-${c.stage}-${c.step}`} onClick={() => resume(ref)}>Resume</button>
                       <button type="button" onClick={() => setAsking(null)}>Keep as is</button>
                     </span>
@@ -76,7 +87,7 @@ function Checkpoints({ run, onChange }: { run: Run; onChange: (r: Run) => void }
 
 const EVENT_LABEL: Record<string, string> = {
   submitted: "submitted", approved: "approved", attempt_started: "attempt started", attempt_ended: "attempt ended",
-  alert: "alert",
+  alert: "alert", changed: "changed",
 };
 
 /** What happened to the run, oldest first (GET /api/runs/{id}/events): read again when its state or alerts change. */
@@ -209,7 +220,7 @@ function Header({ run, live, lastPointAt, onChange }: { run: Run; live: string; 
   );
 }
 
-const TERMINAL_STATES = ["succeeded", "failed", "oom", "cancelled", "lost"];
+const TERMINAL_STATES = ["succeeded", "failed", "oom", "cancelled", "lost", "stopped"];
 
 /** The trainer log: every line, one rank's (torchrun tags each with [rankN]:) or the launcher's, searched, and
  * downloaded whole. Polled while the run is active. */
