@@ -172,6 +172,12 @@ class Data(Section):
     split: Literal["blank_line", "line"] = Field("blank_line", description="How a text file separates documents")
 
 
+# The files a Transformers tokenizer loads from (checked at approval, backend/runs/tokenizer_source.py, and by the
+# trainer): a fast tokenizer (tokenizer.json), SentencePiece (tokenizer.model, spiece.model), byte-level BPE
+# (vocab.json), WordPiece (vocab.txt), tiktoken (tokenizer.tiktoken).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "spiece.model", "vocab.json", "vocab.txt", "tokenizer.tiktoken")
+
+
 class RunSection(Section):
     """What the trainer reads besides the plan (trainer-v1). `model_path` null builds `model.config` with random
     weights (tests, CPU). Without `stages`, the run is one stage of `steps` at `training.seq_len`."""
@@ -185,6 +191,9 @@ class RunSection(Section):
     data: Data
     model_path: str | None = Field(None, min_length=1, max_length=4096,
                                    description="A local checkpoint directory or a Hugging Face hub id")
+    tokenizer: str | None = Field(None, min_length=1, max_length=4096,
+                                  description="A tokenizer directory or hub id; absent: the checkpoint's own "
+                                              "(run.model_path), or the built-in byte tokenizer for random weights")
     checkpoint_every: int = Field(100, ge=0, le=10_000_000, description="Steps between checkpoints (0: never)")
     keep_checkpoints: int = Field(2, ge=1, le=1000)
     stages: list[StageEntry] | None = Field(None, min_length=1, max_length=64,

@@ -22,7 +22,7 @@ from backend.core.logs import filter_lines, tail_lines
 from backend.core.settings import get_settings
 from backend.executors.base import executor_for, executor_name, gpu_name
 from backend.plans.service import get_plan, valid_or_422
-from backend.runs import model_source, transitions
+from backend.runs import model_source, tokenizer_source, transitions
 from backend.runs.guard import check_run_spec
 from backend.runs.models import Run
 from backend.runs.nodes import RunNode
@@ -157,6 +157,7 @@ def check_sources(run: Run) -> None:
     spec = copy.deepcopy(run.spec)
     model_source.check_data(spec)
     spec = model_source.resolve(spec, get_settings(), strict=True)
+    spec = tokenizer_source.check_tokenizer(spec, get_settings())
     if spec != run.spec:
         run.spec = spec
 

@@ -94,6 +94,9 @@ def test_a_preset_plan_without_weights_is_valid_and_its_checkpoint_is_checked_wh
     with pytest.raises(PlanError, match="run.model_path: .* has no config.json"):
         check_model_source(spec)
     (tmp_path / "Qwen" / "Qwen3-4B" / "config.json").write_text("{}")
+    with pytest.raises(PlanError, match="run.model_path: .* holds no tokenizer files"):  # checked here too
+        check_model_source(spec)
+    (tmp_path / "Qwen" / "Qwen3-4B" / "tokenizer.json").write_text("{}")
     check_model_source(spec)
 
 

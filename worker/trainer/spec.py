@@ -14,7 +14,7 @@ from typing import Any
 
 from plan import Plan, Spec, validate
 from plan.errors import first_line
-from plan.model import StagePlan
+from plan.model import TOKENIZER_FILES, StagePlan
 
 
 class PlanError(ValueError):
@@ -108,6 +108,11 @@ class RunSpec:
         return self.run.model_path
 
     @property
+    def tokenizer_path(self) -> str | None:
+        """Where the tokenizer loads from: `run.tokenizer`, else the checkpoint's; None: the byte tokenizer."""
+        return self.run.tokenizer or self.model_path
+
+    @property
     def checkpoint_every(self) -> int:
         return self.run.checkpoint_every
 
@@ -151,6 +156,10 @@ def check_model_source(spec: RunSpec) -> None:
         if not (local / "config.json").is_file():
             raise PlanError(f"run.model_path: {source} has no config.json (a directory saved with save_pretrained "
                             "or downloaded from the hub)")
+        if spec.run.tokenizer is None and not any((local / f).is_file() for f in TOKENIZER_FILES):
+            raise PlanError(f"run.model_path: {source} holds no tokenizer files (none of "
+                            f"{', '.join(TOKENIZER_FILES)}); save the tokenizer beside the weights or name one in "
+                            "run.tokenizer")
         return
     if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on"):
         from huggingface_hub import try_to_load_from_cache
