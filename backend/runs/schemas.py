@@ -14,7 +14,9 @@ from plan.results import Estimate
 
 class RunCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    plan_id: int = Field(ge=1, le=2**31 - 1)
+    plan_id: int | None = Field(None, ge=1, le=2**31 - 1, description="A stored plan (or give `plan`)")
+    plan: dict[str, Any] | None = Field(None, description="The plan itself, stored only when the run is created "
+                                                          "(a refused submit stores nothing)")
     name: Annotated[str, NoControlChars] = Field("", max_length=200)
     priority: int = Field(0, ge=0, le=9)
     max_retries: int = Field(0, ge=0, le=10, description="Automatic resumed attempts after the run is lost.")

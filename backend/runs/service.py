@@ -15,12 +15,14 @@ from sqlalchemy import or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+import plan as planner
 from backend.api.errors import NotFound, UserError
 from backend.auth.roles import Permission, Role
 from backend.auth.service import Principal
 from backend.core.logs import filter_lines, tail_lines
 from backend.core.settings import get_settings
 from backend.executors.base import executor_for, executor_name, gpu_name
+from backend.plans.models import Plan as PlanRow
 from backend.plans.service import get_plan, valid_or_422
 from backend.runs import model_source, tokenizer_source, transitions
 from backend.runs.guard import check_run_spec
@@ -85,13 +87,29 @@ def _submitted_with(session: Session, by: Principal, key: str, body: RunCreate) 
     return run
 
 
+def plan_of(session: Session, body: RunCreate) -> PlanRow:
+    """The run's stored plan: `plan_id`'s, or `plan` given inline, added to the session so that it is stored with the
+    run and only then (the planner's Submit: a refused submit leaves no plan behind)."""
+    if (body.plan_id is None) == (body.plan is None):
+        raise UserError(422, "plan_id", "give exactly one of plan_id (a stored plan) or plan (the plan itself)")
+    if body.plan is None:
+        return get_plan(session, body.plan_id or 0)
+    if isinstance(body.plan.get("run"), dict):
+        raise UserError(422, "plan.run", "the run section goes in `run`, beside the plan")
+    plan = valid_or_422(body.plan)
+    row = PlanRow(name=body.name, spec=plan.effective(), estimate=planner.estimate(plan))
+    session.add(row)
+    session.flush()  # its id, for the run; rolled back with the run when the submit is refused
+    return row
+
+
 def create_run(session: Session, body: RunCreate, by: Principal, idempotency_key: str | None = None) -> Run:
     """The stored plan plus the submitted run section, validated as one plan; stored with every default filled,
     so the trainer runs exactly the plan that was estimated. A repeated Idempotency-Key answers the first run."""
     key = idempotency_key if by.token_id is not None else None
     if key and (earlier := _submitted_with(session, by, key, body)) is not None:
         return earlier
-    stored = get_plan(session, body.plan_id)
+    stored = plan_of(session, body)
     settings = get_settings()
     # the checkpoint first: a preset plan's run.model_path is filled in from the models root or the hub cache
     merged = model_source.resolve({**stored.spec, "run": body.run.model_dump(mode="json")}, settings, strict=False)

@@ -128,8 +128,13 @@ export const api = {
   calibration: () => request<Calibration>("GET", "/api/calibration"),
   createPlan: (plan: Plan, name?: string) => request<StoredPlan>("POST", "/api/plans", { ...plan, name }),
   planDefaults: () => request<PlanDefaults>("GET", "/api/plans/defaults"),
+  /** the plan with every default filled in; a 422 names each broken field (unknown keys, presets and GPUs too) */
+  effectivePlan: (plan: unknown) => request<Plan>("POST", "/api/plans/effective", plan),
   createRun: (plan_id: number, run: RunSection, name?: string, extra?: { priority?: number; max_retries?: number }) =>
     request<Run>("POST", "/api/runs", { plan_id, name, run, ...extra }),
+  /** the plan and its run in one request: the plan is stored only when the run is created */
+  submitRun: (plan: Plan, run: RunSection, name?: string, extra?: { priority?: number; max_retries?: number }) =>
+    request<Run>("POST", "/api/runs", { plan, name, run, ...extra }),
   runs: (state?: string, q?: string) => {
     const p = new URLSearchParams();
     if (state) p.set("state", state);

@@ -153,6 +153,18 @@ const RUN_NUMBERS = [
 ] as const;
 type RunNumber = (typeof RUN_NUMBERS)[number][0];
 
+/** A number field's value as the API should see it: the number, or what was typed when it is not one (so the API's
+ * error says "abc" is not a number, instead of "got None"). */
+function num(v: string): number {
+  const t = v.trim();
+  return (t !== "" && Number.isFinite(Number(t)) ? Number(t) : t) as number;
+}
+
+/** The fields the form shows an error beside (the rest go under the Submit button). */
+const FIELD_KEYS = ["name", "run.steps", "run.learning_rate", "run.data.path", "run.data", "run.model_path", "run.lr_scheduler",
+  "run.seed", "run.warmup_steps", "run.checkpoint_every", "run.keep_checkpoints", "run.eval_rows", "run.eval_every",
+  "run.divergence_factor", "run.grad_norm_factor", "run.throughput_floor", "run.stall_after_s", "priority", "max_retries"];
+
 /** The alert rules that can stop a run (backend/metrics/alerts.py): (stop switch, its threshold or null, label). */
 const GUARDRAILS = [
   ["stop_on_nan", null, "loss or grad norm is NaN/Inf"],
@@ -186,28 +198,36 @@ export function SubmitRun({ plan, valid, initial, defaults, schedulers }: {
   const [retries, setRetries] = useState("0");
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState("");
+  const [fieldErrors, setFieldErrors] = useState<Record<string, string>>({});
+  /** The message of a refused submit beside its field (`run.learning_rate` under the learning rate). */
+  const Err = ({ k }: { k: string }) => (fieldErrors[k] ? <div className="field-error" data-testid={`submit-error-${k}`}>{fieldErrors[k]}</div> : null);
   const submit = async () => {
     if (!plan) return;
     setBusy(true);
     setError("");
+    setFieldErrors({});
     try {
-      const stored = await api.createPlan({ ...plan, run: null }, name || undefined);
-      const run = await api.createRun(
-        stored.id,
+      const planOnly = Object.fromEntries(Object.entries(plan).filter(([k]) => k !== "run")) as Plan;
+      const run = await api.submitRun(
+        planOnly,
         {
-          ...(initial ?? {}), steps: Number(steps), learning_rate: Number(lr), data: { ...initial?.data, path: data },
-          ...Object.fromEntries(RUN_NUMBERS.map(([k]) => [k, Number(numbers[k])])),
+          ...(initial ?? {}), steps: num(steps), learning_rate: num(lr), data: { ...initial?.data, path: data },
+          ...Object.fromEntries(RUN_NUMBERS.map(([k]) => [k, num(numbers[k])])),
           lr_scheduler: scheduler as RunSection["lr_scheduler"],
-          ...stops, ...Object.fromEntries(Object.entries(thresholds).map(([k, v]) => [k, Number(v)])),
+          ...stops, ...Object.fromEntries(Object.entries(thresholds).map(([k, v]) => [k, num(v)])),
           // empty: the API resolves the preset under the models root (ULAB_MODELS_DIR) or the hub cache
           model_path: modelPath.trim() || null,
         },
         name || undefined,
-        { priority: Number(priority), max_retries: Number(retries) },
+        { priority: num(priority), max_retries: num(retries) },
       );
       navigate(`/runs/${run.id}`);
     } catch (e) {
-      setError(e instanceof ApiError ? e.message : String(e));
+      if (!(e instanceof ApiError)) return setError(String(e));
+      const placed = new Set(e.fields.map((f) => f.field).filter((f) => FIELD_KEYS.includes(f)));
+      setFieldErrors(Object.fromEntries(e.fields.filter((f) => placed.has(f.field)).map((f) => [f.field, f.message])));
+      const rest = e.fields.filter((f) => !placed.has(f.field));
+      setError(rest.length ? rest.map((f) => (f.field ? `${f.field}: ${f.message}` : f.message)).join("; ") : e.fields.length ? "" : e.message);
     } finally {
       setBusy(false);
     }
@@ -217,21 +237,22 @@ export function SubmitRun({ plan, valid, initial, defaults, schedulers }: {
       <h3>Submit run</h3>
       <div className="muted small">Stores this plan and creates a run waiting for approval; you are taken to its page.</div>
       <div className="grid2">
-        <label className="field"><span className="field-label">name</span><input data-testid="run-name" value={name} onChange={(e) => setName(e.target.value)} placeholder="my-long-context-run" /></label>
-        <label className="field"><span className="field-label">steps</span><input data-testid="run-steps" inputMode="numeric" value={steps} onChange={(e) => setSteps(e.target.value)} /></label>
-        <label className="field"><span className="field-label">learning rate</span><input data-testid="run-lr" value={lr} onChange={(e) => setLr(e.target.value)} /></label>
-        <label className="field"><span className="field-label">priority (0–9)</span><input data-testid="run-priority" inputMode="numeric" value={priority} onChange={(e) => setPriority(e.target.value)} /></label>
-        <label className="field"><span className="field-label">automatic retries when lost</span><input data-testid="run-max-retries" inputMode="numeric" value={retries} onChange={(e) => setRetries(e.target.value)} /></label>
-        <label className="field"><span className="field-label">data path</span><input data-testid="run-data" value={data} onChange={(e) => setData(e.target.value)} /></label>
-        <label className="field"><span className="field-label">model path (directory, name under the models root, or hub id)</span><input data-testid="run-model_path" value={modelPath} onChange={(e) => setModelPath(e.target.value)} placeholder="empty: the preset's checkpoint" /></label>
+        <label className="field"><span className="field-label">name</span><input data-testid="run-name" value={name} onChange={(e) => setName(e.target.value)} placeholder="my-long-context-run" /><Err k="name" /></label>
+        <label className="field"><span className="field-label">steps</span><input data-testid="run-steps" inputMode="numeric" value={steps} onChange={(e) => setSteps(e.target.value)} /><Err k="run.steps" /></label>
+        <label className="field"><span className="field-label">learning rate</span><input data-testid="run-lr" value={lr} onChange={(e) => setLr(e.target.value)} /><Err k="run.learning_rate" /></label>
+        <label className="field"><span className="field-label">priority (0–9)</span><input data-testid="run-priority" inputMode="numeric" value={priority} onChange={(e) => setPriority(e.target.value)} /><Err k="priority" /></label>
+        <label className="field"><span className="field-label">automatic retries when lost</span><input data-testid="run-max-retries" inputMode="numeric" value={retries} onChange={(e) => setRetries(e.target.value)} /><Err k="max_retries" /></label>
+        <label className="field"><span className="field-label">data path</span><input data-testid="run-data" value={data} onChange={(e) => setData(e.target.value)} /><Err k="run.data.path" /><Err k="run.data" /></label>
+        <label className="field"><span className="field-label">model path (directory, name under the models root, or hub id)</span><input data-testid="run-model_path" value={modelPath} onChange={(e) => setModelPath(e.target.value)} placeholder="empty: the preset's checkpoint" /><Err k="run.model_path" /></label>
         <label className="field"><span className="field-label">LR schedule</span>
           <select data-testid="run-lr_scheduler" value={scheduler} onChange={(e) => setScheduler(e.target.value)}>
             {schedulers.map((v) => <option key={v}>{v}</option>)}
-          </select>
+          </select><Err k="run.lr_scheduler" />
         </label>
         {RUN_NUMBERS.map(([k, label]) => (
           <label key={k} className="field"><span className="field-label">{label}</span>
             <input data-testid={`run-${k}`} inputMode="numeric" value={numbers[k]} onChange={(e) => setNumbers({ ...numbers, [k]: e.target.value })} />
+            <Err k={`run.${k}`} />
           </label>
         ))}
       </div>
@@ -244,6 +265,7 @@ export function SubmitRun({ plan, valid, initial, defaults, schedulers }: {
               <input data-testid={`run-${threshold}`} aria-label={threshold} inputMode="decimal" value={thresholds[threshold]}
                 onChange={(e) => setThresholds({ ...thresholds, [threshold]: e.target.value })} />
             ) : null}
+            {threshold ? <Err k={`run.${threshold}`} /> : null}
           </div>
         ))}
       </fieldset>
