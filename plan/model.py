@@ -311,10 +311,11 @@ def section_defaults() -> dict[str, dict[str, Any]]:
 
 
 # The plan a new planner form starts from (GET /api/plans/defaults answers it with every default filled in):
-# the HF blog's Qwen3-4B long-context setup on one 4 x H100 node.
+# the HF blog's Qwen3-4B long-context setup on one 4 x H100 node. CPU memory per node is Hardware's default, the one
+# `ulab plan` uses too (one default, page and CLI).
 EXAMPLE: dict[str, Any] = {
     "model": {"preset": "Qwen/Qwen3-4B"},
-    "hardware": {"gpu": "H100-80GB", "gpus_per_node": 4, "num_nodes": 1, "cpu_memory_gib_per_node": 1900.0},
+    "hardware": {"gpu": "H100-80GB", "gpus_per_node": 4, "num_nodes": 1},
     "parallel": {"sp_size": 4, "dp_size": 1},
     "training": {"seq_len": 65536, "grad_accum": 8, "offload_optimizer": True},
 }
