@@ -104,3 +104,19 @@ def test_the_form_is_as_strict_as_the_cli(api_server, api):
         error.wait_for(timeout=10_000)
         assert "number" in error.inner_text() and "None" not in error.inner_text()
     assert len(api.get("/api/plans").json()) == plans_before
+
+
+def test_the_plans_page_lists_stored_plans_and_opens_one_in_the_planner(api_server, api):
+    from tests.tiny import tiny_plan
+
+    r = api.post("/api/plans", json={"name": "listed-plan", **tiny_plan(sp_size=2)})
+    assert r.status_code == 201, r.text
+    plan_id = r.json()["id"]
+    with chromium_page() as page:
+        page.goto(f"{api_server}/#/plans")
+        row = page.locator(f"[data-testid=plan-row-{plan_id}]")
+        row.wait_for(timeout=20_000)
+        assert "listed-plan" in row.inner_text() and "fits" in row.inner_text()
+        page.click(f"[data-testid=plan-open-{plan_id}]")
+        page.wait_for_function(VALID, timeout=20_000)
+        assert page.input_value("[data-testid=input-sp_size]") == "2"

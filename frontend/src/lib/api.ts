@@ -127,6 +127,7 @@ export const api = {
   spMethods: (plan: Plan) => request<SpMethods>("POST", "/api/estimate/sp-methods", plan),
   calibration: () => request<Calibration>("GET", "/api/calibration"),
   createPlan: (plan: Plan, name?: string) => request<StoredPlan>("POST", "/api/plans", { ...plan, name }),
+  plans: () => request<StoredPlan[]>("GET", "/api/plans"),
   planDefaults: () => request<PlanDefaults>("GET", "/api/plans/defaults"),
   /** the plan with every default filled in; a 422 names each broken field (unknown keys, presets and GPUs too) */
   effectivePlan: (plan: unknown) => request<Plan>("POST", "/api/plans/effective", plan),
