@@ -53,6 +53,8 @@ ACCESS: dict[tuple[str, str], Permission | None] = {
     ("POST", "/api/runs/{run_id}/metrics"): P.INGEST,
     ("GET", "/api/runs/{run_id}/metrics/names"): P.READ,
     ("GET", "/api/runs/{run_id}/metrics"): P.READ,
+    ("GET", "/api/runs/{run_id}/metrics.csv"): P.READ,
+    ("GET", "/api/runs/{run_id}/metrics.parquet"): P.READ,
     ("GET", "/api/runs/{run_id}/stream"): P.READ,
 }
 # A body that passes validation where one is needed, so an allowed role reaches the route's own code.

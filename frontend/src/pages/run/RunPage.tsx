@@ -209,9 +209,11 @@ function Header({ run, live, lastPointAt, onChange }: { run: Run; live: string; 
           </span>
         ) : null}
         <span>heartbeat {fmtTime(run.heartbeat_at)}</span>
-        <span data-testid="live-status" data-live={live}>
-          stream {live}{lastPointAt ? `, last point ${Math.round((Date.now() - lastPointAt) / 1000)}s ago` : ""}
-        </span>
+        {TERMINAL_STATES.includes(run.state) ? null : (
+          <span data-testid="live-status" data-live={live}>
+            stream {live}{lastPointAt ? `, last point ${Math.round((Date.now() - lastPointAt) / 1000)}s ago` : ""}
+          </span>
+        )}
       </div>
       {steps ? (
         <div className="progress"><div style={{ width: `${Math.min(100, (100 * (run.last_step ?? 0)) / steps)}%` }} /></div>
@@ -328,6 +330,11 @@ export function RunPage({ id }: { id: number }) {
           </table>
         </div>
       ) : null}
+      <div className="buttons" data-testid="metrics-export">
+        <span className="muted small">every stored point (step, rank, name, value, wall time):</span>
+        <a className="button" href={`/api/runs/${run.id}/metrics.csv`} download data-testid="download-metrics-csv">Download CSV</a>
+        <a className="button" href={`/api/runs/${run.id}/metrics.parquet`} download data-testid="download-metrics-parquet">Download Parquet</a>
+      </div>
       <RunCharts run={run} store={store} version={version} zoom={zoom} setZoom={setZoom} />
       <LogView run={run} />
       <details className="card">
