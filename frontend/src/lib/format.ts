@@ -35,7 +35,8 @@ export function fmtSeconds(v: number | null | undefined): string {
   if (a < 1e-3) return `${Number((v * 1e6).toPrecision(3))} µs`;
   if (a < 1) return `${Number((v * 1e3).toPrecision(3))} ms`;
   if (a < 120) return `${Number(v.toPrecision(3))} s`;
-  return `${Math.floor(v / 60)} min ${Math.round(v % 60)} s`;
+  if (a < 7200) return `${Math.floor(v / 60)} min ${Math.round(v % 60)} s`;
+  return `${Math.floor(v / 3600)} h ${Math.round((v % 3600) / 60)} min`;
 }
 
 /** Axis tick labels: short, and still distinct for small values (lr ~ 1e-4). */

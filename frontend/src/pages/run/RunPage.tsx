@@ -2,12 +2,22 @@ import { useEffect, useMemo, useRef, useState } from "react";
 import { RunActions, StateBadge } from "../../components/RunActions";
 import { api, gpuName, type Fix, type Plan, type Run, type RunEvent } from "../../lib/api";
 import { can, useAuth } from "../../lib/auth";
-import { fmtDuration, fmtGiB, fmtNum, fmtSeq, fmtTime } from "../../lib/format";
+import { fmtDuration, fmtGiB, fmtNum, fmtSeconds, fmtSeq, fmtTime } from "../../lib/format";
 import { navigate } from "../../lib/route";
 import { FixView } from "../planner/Advice";
 import { LOAD_KEY } from "../planner/form";
 import { RunCharts } from "./RunCharts";
-import { useRunData } from "./useRunData";
+import { useRunData, type Store } from "./useRunData";
+
+/** Seconds left: the steps to go times the median of the last ETA_WINDOW measured step times (rank 0), so one slow
+ * step (a checkpoint save) does not swing it. */
+const ETA_WINDOW = 20;
+export function etaSeconds(store: Store, stepsLeft: number): number | null {
+  const times = store.get("step_time_s")?.get(0);
+  if (!times || times.size === 0 || stepsLeft <= 0) return null;
+  const recent = [...times.entries()].sort((a, b) => a[0] - b[0]).slice(-ETA_WINDOW).map(([, v]) => v).sort((a, b) => a - b);
+  return stepsLeft * recent[Math.floor(recent.length / 2)];
+}
 
 function modelName(run: Run): string {
   const m = run.spec?.model;
@@ -144,7 +154,7 @@ function Labels({ run, onChange }: { run: Run; onChange: (r: Run) => void }) {
   );
 }
 
-function Header({ run, live, lastPointAt, onChange }: { run: Run; live: string; lastPointAt: number | null; onChange: (r: Run) => void }) {
+function Header({ run, live, lastPointAt, onChange, store }: { run: Run; live: string; lastPointAt: number | null; onChange: (r: Run) => void; store: Store }) {
   const [, tick] = useState(0);
   useEffect(() => {
     const t = window.setInterval(() => tick((n) => n + 1), 1000);
@@ -186,6 +196,9 @@ function Header({ run, live, lastPointAt, onChange }: { run: Run; live: string; 
         <span>sp × dp <b>{s.parallel?.sp_size} × {s.parallel?.dp_size}</b></span>
         <span>ZeRO <b>{s.training?.zero_stage}</b></span>
         <span>progress <b data-testid="run-progress">{run.last_step ?? 0} / {steps ?? "?"}</b></span>
+        {run.state === "running" && steps ? (
+          <span>ETA <b data-testid="run-eta">{fmtSeconds(etaSeconds(store, steps - (run.last_step ?? 0)))}</b></span>
+        ) : null}
         {run.device === "cpu" ? null : (<>
           <span data-testid="run-predicted">predicted peak <b>{fmtGiB(mem?.peak_allocated_gib)}</b>
             {mem && (!mem.fits || !mem.cpu_fits) ? <span className="badge bad" data-testid="run-does-not-fit"> does not fit</span> : null}
@@ -300,7 +313,7 @@ export function RunPage({ id }: { id: number }) {
   const failed = ["failed", "oom", "lost"].includes(run.state);
   return (
     <div className="run-page" data-testid="run-page" data-run-id={run.id}>
-      <Header run={run} live={live} lastPointAt={lastPointAt} onChange={setRun} />
+      <Header run={run} live={live} lastPointAt={lastPointAt} onChange={setRun} store={store} />
       <Labels key={run.id} run={run} onChange={setRun} />
       <Timeline run={run} />
       <Checkpoints run={run} onChange={setRun} />
