@@ -38,6 +38,7 @@ MIN_STOP_GRACE_S = 30.0
 # (export MAIN_NODE_IP=... on every node; the Accelerate YAMLs name it literally). The port is torchrun's default.
 MAIN_NODE_PLACEHOLDER = "MAIN_NODE_IP"
 RDZV_PORT = 29500
+MAIN_NODE_PORT = "MAIN_NODE_PORT"  # the torchrun lines read it when set (a port other than RDZV_PORT)
 # A stop, in order (the one place these times are set): SIGTERM reaches `ulab train`, which forwards it once to
 # torchrun, which sends it to every rank; the ranks have `stop_grace_s` to finish the step and save (torchrun's
 # --shutdown-timeout), then torchrun SIGKILLs them. `ulab train` gives torchrun TORCHRUN_EXIT_S more to exit, then
@@ -105,6 +106,10 @@ def deepspeed_config(data: Any) -> dict:
     }
     # the dtype of the gradient reduction under sequence parallelism (DeepSpeed's key; it applies it when sp > 1)
     config["seq_parallel_communication_data_type"] = t.seq_parallel_communication_data_type
+    # DeepSpeedConfig with no mpu (a user's own script, HF's zero.Init) takes its data-parallel world as
+    # world / sequence_parallel_size (deepspeed/runtime/config.py DeepSpeedConfig.__init__); with Accelerate's mpu
+    # the key is not read
+    config["sequence_parallel_size"] = spec.sp
     return config
 
 
@@ -177,6 +182,13 @@ def deepspeed_config_resolved(data: Any) -> dict:
     return {**deepspeed_config(spec), "train_batch_size": t.micro_batch_size * t.grad_accum * spec.dp}
 
 
+# The exported files' names: the YAML, training_args.json and the zip refer to one another by them.
+DEEPSPEED_JSON = "deepspeed_config.json"
+TRAINING_ARGS_JSON = "training_args.json"
+PLAN_JSON = "plan.json"
+SBATCH_FILE = "ulab-job.sbatch"
+
+
 def accelerate_config(data: Any, machine_rank: int = 0) -> dict:
     """An `accelerate launch --config_file` config equivalent to what the trainer sets up in code, for the node
     `machine_rank` (several nodes: one file per node; the main node's address is a placeholder to fill once)."""
@@ -184,16 +196,9 @@ def accelerate_config(data: Any, machine_rank: int = 0) -> dict:
     t = spec.plan.training
     nnodes, _ = nodes_and_ranks_per_node(spec)
     par = parallelism(spec)
-    ds: dict[str, Any] = {
-        "zero_stage": t.zero_stage,
-        "gradient_accumulation_steps": t.grad_accum,
-        "gradient_clipping": t.max_grad_norm,
-        "offload_optimizer_device": "cpu" if t.offload_optimizer else "none",
-        "offload_param_device": "cpu" if t.offload_params else "none",
-        "zero3_init_flag": t.zero_stage == 3,
-    }
-    if t.zero_stage == 3:
-        ds["zero3_save_16bit_model"] = True
+    # every DeepSpeed setting is in the exported JSON (DEEPSPEED_JSON): Accelerate reads that file, and refuses the
+    # settings it would ignore beside it (accelerate/utils/dataclasses.py DeepSpeedPlugin._deepspeed_config_checks)
+    ds: dict[str, Any] = {"deepspeed_config_file": DEEPSPEED_JSON, "zero3_init_flag": t.zero_stage == 3}
     if nnodes > 1:
         ds["deepspeed_multinode_launcher"] = "standard"  # torchrun-style: one launch per node, no hostfile/pdsh
     return {
@@ -280,9 +285,10 @@ def launch_command(spec: Spec, node_rank: int = 0) -> str:
     node, is the address of node 0)."""
     nnodes, per_node = nodes_and_ranks_per_node(spec)
     cmd = torchrun_command("plan.json", "runs/my-run", nproc_per_node=per_node, nnodes=nnodes, node_rank=node_rank,
-                           rdzv_endpoint=f"${MAIN_NODE_PLACEHOLDER}:{RDZV_PORT}" if nnodes > 1 else None,
+                           rdzv_endpoint=f"${MAIN_NODE_PLACEHOLDER}:${{{MAIN_NODE_PORT}:-{RDZV_PORT}}}"
+                           if nnodes > 1 else None,
                            shutdown_timeout=stop_grace_s(spec), python="python")
-    command = " ".join(a if a.startswith("$") else shlex.quote(a) for a in cmd)
+    command = " ".join(f'"{a}"' if a.startswith("$") else shlex.quote(a) for a in cmd)
     if nnodes > 1:
         command += f"  # node {node_rank} of {nnodes}"
     return command
@@ -321,11 +327,13 @@ def sbatch_script(spec: Spec) -> str:
 set -u
 export ULAB_PLAN="${{ULAB_PLAN:-plan.json}}"
 export ULAB_RUN_DIR="${{ULAB_RUN_DIR:-runs/ulysses-lab-$SLURM_JOB_ID}}"
-export ULAB_RDZV_ENDPOINT="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1):{RDZV_PORT}"
+main_node="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"
+export ULAB_RDZV_ENDPOINT="$main_node:${{{MAIN_NODE_PORT}:-{RDZV_PORT}}}"
 export ULAB_RDZV_ID="slurm-$SLURM_JOB_ID"
 echo "--- slurm job $SLURM_JOB_ID (restart ${{SLURM_RESTART_COUNT:-0}}) on $SLURM_JOB_NODELIST ---"
+# one task per node: its task id is its node rank (also when a test cluster runs the nodes' tasks on one machine)
 srun --kill-on-bad-exit=1 bash -c \
-  'ULAB_NODE_RANK=$SLURM_NODEID exec python -m worker.trainer --plan "$ULAB_PLAN" --run-dir "$ULAB_RUN_DIR" --resume' &
+  'ULAB_NODE_RANK=$SLURM_PROCID exec python -m worker.trainer --plan "$ULAB_PLAN" --run-dir "$ULAB_RUN_DIR" --resume' &
 srun_pid=$!
 trap 'kill -TERM "$srun_pid" 2>/dev/null' TERM
 # `wait` returns early (above 128) when the trap runs: wait on until srun itself has ended
@@ -337,6 +345,65 @@ while kill -0 "$srun_pid" 2>/dev/null; do
 done
 exit "$code"
 """
+
+
+def training_args_export(spec: Spec) -> dict:
+    """training_args.json: what a user's own script passes to Transformers and Accelerate to train as the estimate
+    assumes. `training_arguments`: `TrainingArguments(**...)` fields (the first stage's; `deepspeed` names the
+    exported JSON). `parallelism_config` / `sp_handler`: Accelerate's `ParallelismConfig(**...,
+    sp_handler=DeepSpeedSequenceParallelConfig(**...))`. `alst`: the switches the estimate counts that no library
+    option sets, with the DeepSpeed class that implements each (worker/trainer/model.py applies them)."""
+    plan = spec.plan
+    stages = plan.stages() or [StagePlan(seq_len=plan.training.seq_len, steps=1, learning_rate=1e-4,
+                                         warmup_steps=0, lr_scheduler="constant")]
+    first = stages[0]
+    par = parallelism(spec, first.seq_len)
+    t = plan.training
+    return {
+        "training_arguments": {"output_dir": "runs/my-run", "deepspeed": DEEPSPEED_JSON,
+                               **training_arguments(plan, first, cuda=True)},
+        "parallelism_config": {k: par[k] for k in ("sp_backend", "sp_size", "dp_shard_size")},
+        "sp_handler": {k: par[k] for k in ("sp_seq_length", "sp_seq_length_is_variable", "sp_attn_implementation")},
+        "alst": {
+            "tiled_mlp": {"enabled": t.tiled_mlp,
+                          "implementation": "deepspeed.runtime.sequence_parallel.ulysses_sp.TiledMLP"},
+            "tiled_logits_loss": {"enabled": t.tiled_logits_loss,
+                                  "implementation": "deepspeed.runtime.sequence_parallel.ulysses_sp."
+                                                    "TiledFusedLogitsLoss"},
+            "checkpoint_offload": {"enabled": t.checkpoint_offload,
+                                   "implementation": "deepspeed.runtime.activation_checkpointing."
+                                                     "offload_activations.CheckpointHiddenStatesOffload"},
+        },
+        "stages": [st.model_dump() for st in stages],
+    }
+
+
+def export_files(data: Any) -> dict[str, str]:
+    """Every file a plan's run needs, by name, for every node: what the zip download holds. ValueError naming the
+    first broken field for an invalid plan."""
+    spec = as_spec(data)
+    x = exports(spec.plan)
+    files = {PLAN_JSON: x["plan_json"], DEEPSPEED_JSON: x["deepspeed_json"],
+             TRAINING_ARGS_JSON: x["training_args_json"], SBATCH_FILE: x["sbatch_script"]}
+    for n, (yml, line) in enumerate(zip(x["accelerate_yaml_per_node"], x["launch_commands_per_node"], strict=True)):
+        files[f"accelerate_config_node{n}.yaml"] = yml
+        files[f"launch_node{n}.sh"] = f"#!/bin/bash\n# node {n}: run from the directory that holds plan.json\n{line}\n"
+    files["README.txt"] = export_readme(spec, sorted(files))
+    return files
+
+
+def export_readme(spec: Spec, names: list[str]) -> str:
+    nnodes = spec.num_nodes
+    node = ("Several nodes: export MAIN_NODE_IP=<node 0's address> on every node (and MAIN_NODE_PORT when 29500 is "
+            "taken), replace MAIN_NODE_IP in the YAML files, then run launch_node<N>.sh on node N.\n"
+            if nnodes > 1 else "One node: run launch_node0.sh.\n")
+    return ("Ulysses Lab exports of one plan. Install the trainer on every node (no checkout needed):\n"
+            "  pip install ulysses-lab   # or the project's wheel: pip install ulysses_lab-*.whl\n"
+            "Then, in this directory:\n" + node +
+            "On Slurm: sbatch --partition=... ulab-job.sbatch (from this directory, on a file system every node "
+            "sees).\nYour own script: deepspeed_config.json (DeepSpeed), training_args.json (TrainingArguments, "
+            "ParallelismConfig), accelerate_config_node<N>.yaml (accelerate launch --config_file).\n\nFiles: "
+            + ", ".join(names) + "\n")
 
 
 def exports(data: Any) -> dict:
@@ -355,6 +422,7 @@ def exports(data: Any) -> dict:
             "accelerate_yaml_per_node": [accelerate_config_yaml(v.spec, n) for n in nodes],
             "launch_commands_per_node": [launch_command(v.spec, n) for n in nodes],
             "plan_json": json.dumps(v.spec.plan.effective(), indent=2) + "\n",
+            "training_args_json": json.dumps(training_args_export(v.spec), indent=2) + "\n",
             "sbatch_script": sbatch_script(v.spec)}
 
 

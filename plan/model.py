@@ -186,6 +186,12 @@ class ProbeGate(Section):
     require_finite_loss: bool = Field(True, description="Stop when a checked step's loss is NaN/Inf")
 
 
+# The files a Transformers tokenizer loads from (checked at approval, backend/runs/tokenizer_source.py, and by the
+# trainer): a fast tokenizer (tokenizer.json), SentencePiece (tokenizer.model, spiece.model), byte-level BPE
+# (vocab.json), WordPiece (vocab.txt), tiktoken (tokenizer.tiktoken).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "spiece.model", "vocab.json", "vocab.txt", "tokenizer.tiktoken")
+
+
 class RunSection(Section):
     """What the trainer reads besides the plan (trainer-v1). `model_path` null builds `model.config` with random
     weights (tests, CPU). Without `stages`, the run is one stage of `steps` at `training.seq_len`."""
@@ -199,6 +205,9 @@ class RunSection(Section):
     data: Data
     model_path: str | None = Field(None, min_length=1, max_length=4096,
                                    description="A local checkpoint directory or a Hugging Face hub id")
+    tokenizer: str | None = Field(None, min_length=1, max_length=4096,
+                                  description="A tokenizer directory or hub id; absent: the checkpoint's own "
+                                              "(run.model_path), or the built-in byte tokenizer for random weights")
     checkpoint_every: int = Field(100, ge=0, le=10_000_000, description="Steps between checkpoints (0: never)")
     keep_checkpoints: int = Field(2, ge=1, le=1000)
     stages: list[StageEntry] | None = Field(None, min_length=1, max_length=64,
@@ -212,11 +221,12 @@ class RunSection(Section):
                                                                 "(0: at the end of each stage only)")
     track_memory: bool = Field(True, description="Measure each rank's peak memory per step")
     # Alerts at metric ingest (backend/metrics/alerts.py). 10x: cross-entropy starts near ln(vocab) and falls, so a
-    # healthy run stays within a few times its early minimum; a diverging one grows by orders of magnitude.
+    # healthy run stays within a few times its running minimum; a diverging one grows by orders of magnitude.
     divergence_factor: float = Field(10.0, gt=1, le=1e6, description="Alert when the loss exceeds this many times "
-                                                                    "its minimum over the first 10 steps")
+                                                                    "the attempt's lowest loss so far (from the "
+                                                                    "attempt's 3rd step)")
     stop_on_nan: bool = Field(True, description="Stop the run (with a checkpoint) when loss or grad norm is NaN/Inf")
-    stop_on_divergence: bool = Field(False, description="Stop the run (with a checkpoint) when the loss diverged")
+    stop_on_divergence: bool = Field(True, description="Stop the run (with a checkpoint) when the loss diverged")
     # A spike of 10x the recent median is far outside the step-to-step spread of a healthy run's grad norm (which
     # clipping at max_grad_norm hides from the update, not from the measurement).
     grad_norm_factor: float = Field(10.0, gt=1, le=1e6, description="Alert when the grad norm exceeds this many "
@@ -323,10 +333,11 @@ def section_defaults() -> dict[str, dict[str, Any]]:
 
 
 # The plan a new planner form starts from (GET /api/plans/defaults answers it with every default filled in):
-# the HF blog's Qwen3-4B long-context setup on one 4 x H100 node.
+# the HF blog's Qwen3-4B long-context setup on one 4 x H100 node. CPU memory per node is Hardware's default, the one
+# `ulab plan` uses too (one default, page and CLI).
 EXAMPLE: dict[str, Any] = {
     "model": {"preset": "Qwen/Qwen3-4B"},
-    "hardware": {"gpu": "H100-80GB", "gpus_per_node": 4, "num_nodes": 1, "cpu_memory_gib_per_node": 1900.0},
+    "hardware": {"gpu": "H100-80GB", "gpus_per_node": 4, "num_nodes": 1},
     "parallel": {"sp_size": 4, "dp_size": 1},
     "training": {"seq_len": 65536, "grad_accum": 8, "offload_optimizer": True},
 }

@@ -111,6 +111,8 @@ class Exports(BaseModel):
     accelerate_yaml_per_node: list[str] = []
     launch_commands_per_node: list[str] = []
     plan_json: str | None = None
+    training_args_json: str | None = Field(None, description="TrainingArguments, ParallelismConfig and the ALST "
+                                                             "switches, for a user's own script")
     sbatch_script: str | None = Field(None, description="A Slurm batch script that runs plan.json on the plan's "
                                                         "nodes (sbatch it beside plan.json)")
 

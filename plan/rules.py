@@ -135,11 +135,11 @@ def _run(plan: Plan, model: cat.ModelSpec | None, errors: list[FieldError]) -> N
         elif not entry.test_lengths(sp):
             errors.append(error(f"run.stages[{i}].lengths", f"no length is at least {PASSKEY_MIN_LEN} tokens once "
                                                            f"rounded down to a multiple of sp_size ({sp})"))
-    if run.model_path is None:
-        if plan.model.config is None:
-            errors.append(error("run.model_path", "null needs model.config (an architecture to build with random "
-                                                  "weights), or give a checkpoint directory or hub id"))
-        elif model is not None and model.vocab_size < BYTE_TOKENIZER_VOCAB:
+    # model_path null with model.preset: the preset's checkpoint, looked up where it is loaded (approval, against the
+    # executor's models root, and the trainer: ULAB_MODELS_DIR/<preset>, then the hub cache). A planning host never
+    # holds the weights, so planning, exports and the dry run do not look for them.
+    if run.model_path is None and run.tokenizer is None and plan.model.config is not None:
+        if model is not None and model.vocab_size < BYTE_TOKENIZER_VOCAB:
             errors.append(error("model.config.vocab_size", f"the built-in byte tokenizer (model_path null) needs at "
                                                            f"least {BYTE_TOKENIZER_VOCAB} tokens"))
 

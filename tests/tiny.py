@@ -8,7 +8,7 @@ import httpx
 
 WORDS = ("the quick brown fox jumps over the lazy dog while sequence parallel ranks trade heads for tokens "
          "and every step the loss goes down a little").split()
-TERMINAL = {"succeeded", "failed", "oom", "cancelled", "lost"}
+TERMINAL = {"succeeded", "failed", "oom", "cancelled", "lost", "stopped"}
 
 
 def write_corpus(path: Path, lines: int = 4000) -> Path:

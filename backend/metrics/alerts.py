@@ -1,7 +1,9 @@
 """Alerts of a run, one of each kind per run, kept in run_alerts. Raised at metric ingest (`check`):
 
   loss_nan / grad_norm_nan  a loss or grad norm that is NaN/Inf (`run.stop_on_nan`, on by default);
-  loss_diverged             a loss above `run.divergence_factor` x its minimum over the first EARLY_STEPS steps;
+  loss_diverged             from an attempt's DIVERGENCE_FROM-th step on, a loss above `run.divergence_factor` x
+                            the attempt's running minimum (its lowest loss before that step) (`run.stop_on_divergence`,
+                            on by default);
   grad_norm_exploded        a grad norm above `run.grad_norm_factor` x its median over the previous HISTORY steps;
   throughput_dropped        tokens/s below `run.throughput_floor` x the run's median for SUSTAIN steps in a row;
 
@@ -14,12 +16,16 @@ and by the API's supervision loop (`check_stalls`, backend/runs/lifecycle.py):
 
   stalled                   a running run with no step for `run.stall_after_s` seconds.
 
-A rule whose `run.stop_on_*` field is on also stops the run (transitions.request_stop: cancel, the trainer saves a
-checkpoint on SIGTERM) with the reason "stopped: ...".
+A rule whose `run.stop_on_*` field is on also stops the run (transitions.request_stop: the trainer saves a checkpoint
+on SIGTERM) and the run ends `stopped` with the reason "stopped: ...". Every rule re-arms on every attempt: alerts
+are one of each kind per attempt, and the divergence reference is the attempt's own (a resume with a smaller learning
+rate from a diverged checkpoint is measured against where it starts, not against the first attempt's step 1).
 
-The early minimum is the lowest loss of the first EARLY_STEPS steps: a healthy run's loss stays below a few times
-it (cross-entropy starts near ln(vocab) and goes down), while a diverging one grows by orders of magnitude (the
-issue's lr=10 run: 6.2 -> about 5000, 800x). The grad-norm and throughput rules compare with a median, which one
+The divergence rule compares each loss with the attempt's running minimum: a healthy run's loss stays below a few
+times it (cross-entropy starts near ln(vocab) and goes down, and the minimum only falls), while a diverging one grows
+by orders of magnitude (the issue's lr=10 run: 6.2 -> 849 -> 3,112, so it fires at the attempt's third step, before
+GPU hours go). Two steps are the fewest that give a reference that is not the untrained first loss alone.
+The grad-norm and throughput rules compare with a median, which one
 odd step does not move; they wait for MIN_HISTORY steps, and the throughput rule for SUSTAIN slow steps in a row, so
 the slow first step of an attempt or a step that also saved a checkpoint raises nothing."""
 from __future__ import annotations
@@ -28,7 +34,7 @@ import math
 import statistics
 from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from backend.metrics.models import MetricPoint
@@ -39,10 +45,13 @@ from backend.runs.models import Run
 from backend.runs.states import ACTIVE, RunState
 from plan.model import RunSection
 
-EARLY_STEPS = 10
+DIVERGENCE_FROM = 3  # the attempt's first step at which the divergence rule may fire (steps 1-2: the reference)
 HISTORY = 100  # steps the grad-norm and throughput medians look back over
 MIN_HISTORY = 10  # steps needed before either compares with its median
 SUSTAIN = 5  # slow steps in a row before tokens/s counts as dropped
+# The trainer's and the database's clocks may differ by this much (NTP keeps them far closer); an attempt starts at
+# least a model load after its predecessor's last step
+ATTEMPT_CLOCK_SLACK_S = 1.0
 WATCHED = ("loss", "grad_norm")  # the only names whose non-finite values are accepted (and alerted, not stored)
 # how a stopping rule names itself in the run's exit reason ("stopped: <what> (<message>)")
 WHAT = {"loss_nan": "loss is NaN/Inf", "grad_norm_nan": "grad_norm is NaN/Inf", "loss_diverged": "loss diverged",
@@ -139,6 +148,35 @@ def _probe_breach(session: Session, run: Run, points: list[PointIn], gate) -> tu
     return None
 
 
+def this_attempts(run: Run, points: list[PointIn]) -> list[PointIn]:
+    """The points the live attempt wrote. A new attempt's shipper sends every attempt's metrics file again, oldest
+    first (worker/shipper.py), and the earlier attempts' points must not raise this attempt's alerts: a point written
+    (its wall time, the trainer's clock) before this attempt started is an earlier attempt's. A point without a wall
+    time counts as this attempt's."""
+    started = run.started_at
+    if started is None:
+        return points
+    since = transitions.as_utc(started).timestamp() - ATTEMPT_CLOCK_SLACK_S
+    return [p for p in points if not p.wall_time or p.wall_time >= since]
+
+
+def _divergence(run: Run, points: list[PointIn], factor: float) -> tuple[int, str] | None:
+    """(step, message) of the batch's first loss above `factor` x the attempt's running minimum, from the attempt's
+    DIVERGENCE_FROM-th step; updates the attempt's reference on the run (first loss step, lowest loss)."""
+    fired = None
+    for p in sorted((p for p in points if p.name == "loss" and p.rank == 0 and math.isfinite(p.value)),
+                    key=lambda p: p.step):
+        if run.attempt_loss_first_step is None or p.step < run.attempt_loss_first_step:
+            run.attempt_loss_first_step = p.step
+        low = run.attempt_loss_min
+        if (fired is None and low is not None and low > 0 and p.step >= run.attempt_loss_first_step
+                + DIVERGENCE_FROM - 1 and p.value > factor * low):
+            fired = p.step, (f"loss diverged: {p.value:.4g} at step {p.step} is above {factor:g} x this attempt's "
+                             f"lowest loss so far {low:.4g}")
+        run.attempt_loss_min = p.value if low is None else min(low, p.value)
+    return fired
+
+
 def check(session: Session, run_id: int, points: list[PointIn]) -> list[RunAlert]:
     """Alerts the batch raises (stored in the session, not committed); stops the run where the rule says so. Also
     records what the run ran on (its device) from the trainer's `on_gpu` point, its latest loss, and when a step
@@ -156,25 +194,16 @@ def check(session: Session, run_id: int, points: list[PointIn]) -> list[RunAlert
     device = next((p.value for p in points if p.name == "on_gpu"), None)
     if device is not None and run.device is None:  # the trainer's "on_gpu" (1: CUDA, 0: CPU ranks)
         run.device = "cuda" if device else "cpu"
+    points = this_attempts(run, points)
     found: list[tuple[str, int, str, bool]] = []
     for p in sorted(points, key=lambda p: p.step):
         if p.name in WATCHED and not math.isfinite(p.value):
             found.append((f"{p.name}_nan", p.step, f"{p.name} is {p.value} at step {p.step}", rules.stop_on_nan))
             break
-    losses = [p for p in points if p.name == "loss" and math.isfinite(p.value)]
-    if losses:
-        early = [p.value for p in losses if p.step <= EARLY_STEPS]
-        stored = session.scalar(select(func.min(MetricPoint.value)).where(
-            MetricPoint.run_id == run_id, MetricPoint.name == "loss", MetricPoint.step <= EARLY_STEPS))
-        early_min = min([*early, *([stored] if stored is not None else [])], default=None)
-        if early_min is not None and early_min > 0:
-            worst = max((p for p in losses if p.step > EARLY_STEPS), key=lambda p: p.value, default=None)
-            if worst is not None and worst.value > rules.divergence_factor * early_min:
-                found.append(("loss_diverged", worst.step,
-                              f"loss diverged: {worst.value:.4g} at step {worst.step} is above "
-                              f"{rules.divergence_factor:g} x its early minimum {early_min:.4g}",
-                              rules.stop_on_divergence))
-    have = set(session.scalars(select(RunAlert.kind).where(RunAlert.run_id == run_id)))
+    if (diverged := _divergence(run, points, rules.divergence_factor)) is not None:
+        found.append(("loss_diverged", *diverged, rules.stop_on_divergence))
+    have = set(session.scalars(select(RunAlert.kind).where(RunAlert.run_id == run_id,
+                                                           RunAlert.attempt == run.attempt)))
     if rules.probe is not None and "probe_failed" not in have and (
             breach := _probe_breach(session, run, points, rules.probe)):
         found.insert(0, ("probe_failed", *breach, True))
@@ -190,8 +219,8 @@ def check(session: Session, run_id: int, points: list[PointIn]) -> list[RunAlert
 def _raise(session: Session, run: Run, have: set[str], kind: str, step: int, message: str, stop: bool) -> RunAlert:
     stopping = stop and RunState(run.state) in ACTIVE and not run.cancel_requested
     if stopping:
-        transitions.request_stop(run, f"stopped: {WHAT[kind]} ({message})")
-    alert = RunAlert(run_id=run.id, kind=kind, step=step, message=message, stopped=stopping)
+        transitions.request_stop(run, f"stopped: {WHAT[kind]} ({message})", by=kind)
+    alert = RunAlert(run_id=run.id, attempt=run.attempt, kind=kind, step=step, message=message, stopped=stopping)
     session.add(alert)
     have.add(kind)
     return alert
@@ -202,7 +231,7 @@ def check_stalls(session: Session, at: datetime | None = None) -> list[RunAlert]
     and the live attempt's start (a resumed attempt loads the model and its checkpoint first). Not committed."""
     at = at or transitions.now()
     raised = []
-    stalled_already = select(RunAlert.run_id).where(RunAlert.kind == "stalled")
+    stalled_already = select(RunAlert.run_id).where(RunAlert.kind == "stalled", RunAlert.attempt == Run.attempt)
     for run in session.scalars(select(Run).where(Run.state == RunState.RUNNING.value,
                                                  Run.id.not_in(stalled_already))):
         since = max((transitions.as_utc(t) for t in (run.started_at, run.last_step_at) if t is not None),

@@ -1,8 +1,10 @@
 """HTTP: metric ingest in batches, the bucketed chart query, and the live Server-Sent Events stream."""
 import asyncio
+import csv
+import io
 import json
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import func, select
 from sse_starlette.sse import EventSourceResponse
@@ -32,6 +34,47 @@ def ingest(run_id: RowId, body: PointsIn, session: SessionDep, by: Ingester) -> 
     accepted = service.ingest(session, run_id, body.points, attempt=run.attempt)
     POINTS_INGESTED.inc(accepted)
     return Accepted(accepted=accepted)
+
+
+EXPORT_COLUMNS = ("step", "rank", "name", "value", "wall_time")
+
+
+def _export_rows(session, run_id: int):
+    """Every stored point of the run, in step, name, rank order (one row per point: pivot on name for a wide table)."""
+    return session.execute(select(MetricPoint.step, MetricPoint.rank, MetricPoint.name, MetricPoint.value,
+                                  MetricPoint.wall_time).where(MetricPoint.run_id == run_id)
+                           .order_by(MetricPoint.step, MetricPoint.name, MetricPoint.rank)).all()
+
+
+@router.get("/metrics.csv", response_class=Response,
+            responses={200: {"content": {"text/csv": {}}, "description": "step,rank,name,value,wall_time"}})
+def metrics_csv(run_id: RowId, session: SessionDep, _: Reader) -> Response:
+    """Every stored point of the run as CSV (step, rank, name, value, wall_time: unix seconds)."""
+    require_run(session, run_id)
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(EXPORT_COLUMNS)
+    writer.writerows(_export_rows(session, run_id))
+    return Response(out.getvalue(), media_type="text/csv",
+                    headers={"Content-Disposition": f'attachment; filename="run-{run_id}-metrics.csv"'})
+
+
+@router.get("/metrics.parquet", response_class=Response,
+            responses={200: {"content": {"application/vnd.apache.parquet": {}}, "description": "the same as Parquet"}})
+def metrics_parquet(run_id: RowId, session: SessionDep, _: Reader) -> Response:
+    """Every stored point of the run as Parquet, the columns of metrics.csv with their types."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    require_run(session, run_id)
+    rows = _export_rows(session, run_id)
+    types = (pa.int64(), pa.int32(), pa.string(), pa.float64(), pa.float64())
+    table = pa.table({c: pa.array([r[i] for r in rows], type=t) for i, (c, t) in enumerate(zip(EXPORT_COLUMNS,
+                                                                                                 types, strict=True))})
+    out = io.BytesIO()
+    pq.write_table(table, out)
+    return Response(out.getvalue(), media_type="application/vnd.apache.parquet",
+                    headers={"Content-Disposition": f'attachment; filename="run-{run_id}-metrics.parquet"'})
 
 
 @router.get("/metrics/names")

@@ -1,5 +1,5 @@
 """HTTP: the planner (no storage) under /api/estimate and /api/catalog, stored plans under /api/plans."""
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 
 import plan as planner
 from backend.api.deps import Reader, RowId, SessionDep, Submitter
@@ -72,6 +72,16 @@ def export(plan: Plan, _: Reader) -> Exports:
     """The Accelerate config YAML, DeepSpeed JSON and launch command the trainer would use (422 if invalid)."""
     service.valid_or_422(plan)
     return planner.exports(plan)  # type: ignore[return-value]
+
+
+@router.post("/estimate/export.zip", response_class=Response,
+             responses={200: {"content": {"application/zip": {}}, "description": "Every exported file"}})
+def export_zip(plan: Plan, _: Reader) -> Response:
+    """Every file of the plan's run for every node in one zip (plan.json with its run section, the DeepSpeed JSON,
+    training_args.json, one Accelerate YAML and one torchrun script per node, the sbatch script, a README). A plan
+    with no `run` section is a 422 naming it: the trainer needs steps, learning_rate and data."""
+    return Response(service.export_zip(plan), media_type="application/zip",
+                    headers={"Content-Disposition": 'attachment; filename="ulysses-lab-plan.zip"'})
 
 
 @router.get("/plans/defaults")

@@ -1,6 +1,9 @@
 """Plans: validate with the plan model, estimate with the planner, store the defaulted plan with its estimate."""
 from __future__ import annotations
 
+import io
+import zipfile
+
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -9,6 +12,7 @@ from backend.api.errors import NotFound, UserError
 from backend.plans.models import Plan as PlanRow
 from backend.plans.schemas import PlanImport, PlanOut
 from plan import Plan, importer
+from plan.launch import export_files
 
 
 def valid_or_422(data: Plan | dict) -> Plan:
@@ -17,6 +21,22 @@ def valid_or_422(data: Plan | dict) -> Plan:
     if v.plan is None or v.errors:
         raise UserError.many(422, v.errors or [{"field": "plan", "message": "invalid plan"}])
     return v.plan
+
+
+def export_zip(data: Plan) -> bytes:
+    """The zip of every exported file (plan.launch.export_files); 422 for an invalid plan or one with no run."""
+    plan = valid_or_422(data)
+    if plan.run is None:
+        raise UserError(422, "run", "missing: the exported plan.json is what the trainer runs, and it needs a run "
+                                    "section (steps, learning_rate, data)")
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, text in export_files(plan).items():
+            info = zipfile.ZipInfo(name, date_time=(2026, 1, 1, 0, 0, 0))
+            info.external_attr = (0o755 if name.endswith(".sh") else 0o644) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            z.writestr(info, text)
+    return buffer.getvalue()
 
 
 def create_plan(session: Session, plan: Plan, name: str = "") -> PlanRow:

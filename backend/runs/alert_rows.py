@@ -1,4 +1,5 @@
-"""Alerts of a run (run_alerts): raised at metric ingest by backend/metrics/alerts.py, one per kind and run."""
+"""Alerts of a run (run_alerts): raised at metric ingest by backend/metrics/alerts.py, one per kind and attempt (the
+rules re-arm on every attempt)."""
 from __future__ import annotations
 
 from datetime import datetime
@@ -11,10 +12,11 @@ from backend.core.db import Base
 
 class RunAlert(Base):
     __tablename__ = "run_alerts"
-    __table_args__ = (UniqueConstraint("run_id", "kind", name="uq_run_alerts_run_kind"),)
+    __table_args__ = (UniqueConstraint("run_id", "attempt", "kind", name="uq_run_alerts_run_attempt_kind"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    attempt: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     kind: Mapped[str] = mapped_column(String(32))
     step: Mapped[int] = mapped_column(Integer)
     message: Mapped[str] = mapped_column(Text)

@@ -15,7 +15,7 @@ from backend.api.errors import UserError
 from backend.auth.roles import Permission
 from backend.auth.service import Principal
 from backend.core.settings import get_settings
-from backend.runs import model_source
+from backend.runs import model_source, tokenizer_source
 from backend.runs.models import Run
 from backend.runs.states import RunState
 
@@ -45,6 +45,7 @@ def check_sources(run: Run) -> None:
     spec = copy.deepcopy(run.spec)
     model_source.check_data(spec)
     spec = model_source.resolve(spec, get_settings(), strict=True)
+    spec = tokenizer_source.check_tokenizer(spec, get_settings())
     if spec != run.spec:
         run.spec = spec
 

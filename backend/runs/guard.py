@@ -52,11 +52,12 @@ def check_paths(run: dict, settings: Settings) -> None:
     outside the allowed roots). Runs at submit, and again when a worker claims the run (transitions.claim): a path
     that did not exist at submit may have become a symlink out of the roots since."""
     run["data"]["path"] = resolve_allowed(run["data"]["path"], "run.data.path", settings)
-    model_path = run.get("model_path")
-    if model_path:
-        local = Path(model_path).is_absolute() or model_path.startswith(".") or os.path.exists(model_path)
-        if local or not HUB_ID.match(model_path):
-            run["model_path"] = resolve_allowed(model_path, "run.model_path", settings)
+    for field in ("model_path", "tokenizer"):
+        path = run.get(field)
+        if path:
+            local = Path(path).is_absolute() or path.startswith(".") or os.path.exists(path)
+            if local or not HUB_ID.match(path):
+                run[field] = resolve_allowed(path, f"run.{field}", settings)
 
 
 def refused_paths(spec: dict, settings: Settings) -> str | None:

@@ -23,6 +23,14 @@ class Run(Base):
     name: Mapped[str] = mapped_column(String(200), default="")
     plan_id: Mapped[int | None] = mapped_column(ForeignKey("plans.id"), nullable=True)
     state: Mapped[str] = mapped_column(String(32), default=RunState.PENDING_APPROVAL.value)
+    # the rule that asked this attempt to stop (an alert kind; transitions.request_stop): it ends `stopped`
+    stopped_by: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    # what a resume changed ({at, attempt, message}: a new learning rate or schedule), for the timeline
+    changes: Mapped[list | None] = mapped_column(JSON, nullable=True)
+    # the divergence rule's reference for this attempt (backend/metrics/alerts.py): its first loss step and its
+    # lowest loss so far; cleared when the next attempt is queued
+    attempt_loss_first_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    attempt_loss_min: Mapped[float | None] = mapped_column(Double, nullable=True)
     spec: Mapped[dict] = mapped_column(JSON)
     estimate: Mapped[dict | None] = mapped_column(JSON, nullable=True)
     attempt: Mapped[int] = mapped_column(Integer, default=1)

@@ -63,10 +63,13 @@ def cancel_run(run_id: RowId, session: SessionDep, user: Submitter) -> RunOut:
 
 @router.post("/{run_id}/retry")
 def retry_run(run_id: RowId, session: SessionDep, user: Approver, body: RetryIn | None = None) -> RunOut:
-    """Queue the next attempt of a failed, oom, cancelled or lost run; it resumes from the last checkpoint, or from
-    `from_checkpoint` ("resume from here"). It passes the same gate as approval (backend/runs/gate.py): a run never
-    approved is refused (409), as is one whose estimate does not fit unless it was approved anyway, under the cap."""
-    return RunOut.model_validate(service.retry_run(session, run_id, user, body.from_checkpoint if body else None))
+    """Queue the next attempt of a failed, oom, cancelled, lost or stopped run; it resumes from the last checkpoint,
+    or from `from_checkpoint` ("resume from here"), with `learning_rate` / `lr_scheduler` changed if given (the
+    timeline records it). It passes the same gate as approval (backend/runs/gate.py): a run never approved is refused
+    (409), as is one whose estimate does not fit unless it was approved anyway, under the cap."""
+    return RunOut.model_validate(service.retry_run(
+        session, run_id, user, body.from_checkpoint if body else None,
+        body.model_dump(include={"learning_rate", "lr_scheduler"}) if body else None))
 
 
 LogRank = Annotated[int | None, Query(ge=0, le=1_000_000, description="one rank's lines, its [rankN]: prefix off")]

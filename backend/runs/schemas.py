@@ -8,13 +8,15 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from backend.core.text import NoControlChars
-from plan.model import RunSection
+from plan.model import LrScheduler, RunSection
 from plan.results import Estimate
 
 
 class RunCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    plan_id: int = Field(ge=1, le=2**31 - 1)
+    plan_id: int | None = Field(None, ge=1, le=2**31 - 1, description="A stored plan (or give `plan`)")
+    plan: dict[str, Any] | None = Field(None, description="The plan itself, stored only when the run is created "
+                                                          "(a refused submit stores nothing)")
     name: Annotated[str, NoControlChars] = Field("", max_length=200)
     priority: int = Field(0, ge=0, le=9)
     max_retries: int = Field(0, ge=0, le=10, description="Automatic resumed attempts after the run is lost.")
@@ -41,6 +43,7 @@ class AttemptOut(BaseModel):
 
 class AlertOut(BaseModel):
     model_config = ConfigDict(from_attributes=True)
+    attempt: int = Field(1, description="The attempt that raised it: the rules re-arm on every attempt")
     kind: str
     step: int
     message: str
@@ -51,7 +54,7 @@ class AlertOut(BaseModel):
 class EventOut(BaseModel):
     """One entry of a run's timeline (GET /api/runs/{id}/events)."""
     at: datetime
-    kind: str = Field(description="submitted | approved | attempt_started | attempt_ended | alert")
+    kind: str = Field(description="submitted | approved | attempt_started | attempt_ended | alert | changed")
     attempt: int | None = None
     step: int | None = None
     state: str | None = Field(None, description="attempt_ended: how the attempt ended")
@@ -133,6 +136,9 @@ class RetryIn(BaseModel):
     from_checkpoint: str | None = Field(None, max_length=64, examples=["stage0/checkpoint-100"],
                                         description="Resume from this checkpoint (stage/checkpoint-step, as listed by "
                                                     "GET /api/runs/{id}/checkpoints); newer ones are moved aside")
+    learning_rate: float | None = Field(None, gt=0, le=10, description="The next attempt trains at this learning "
+                                                                       "rate (recorded on the run's timeline)")
+    lr_scheduler: LrScheduler | None = Field(None, description="The next attempt's learning-rate schedule")
 
 
 class CheckpointOut(BaseModel):

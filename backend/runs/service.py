@@ -2,23 +2,27 @@
 every change of a run's state is a function of backend/runs/transitions.py."""
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import logging
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+import plan as planner
 from backend.api.errors import NotFound, UserError
 from backend.auth.roles import Permission, Role
 from backend.auth.service import Principal
 from backend.core.logs import filter_lines, tail_lines
 from backend.core.settings import get_settings
 from backend.executors.base import executor_for, executor_name, gpu_name
+from backend.plans.models import Plan as PlanRow
 from backend.plans.service import get_plan, valid_or_422
 from backend.runs import gate, model_source, transitions
 from backend.runs.guard import check_run_spec
@@ -89,13 +93,29 @@ def _submitted_with(session: Session, by: Principal, key: str, body: RunCreate) 
     return run
 
 
+def plan_of(session: Session, body: RunCreate) -> PlanRow:
+    """The run's stored plan: `plan_id`'s, or `plan` given inline, added to the session so that it is stored with the
+    run and only then (the planner's Submit: a refused submit leaves no plan behind)."""
+    if (body.plan_id is None) == (body.plan is None):
+        raise UserError(422, "plan_id", "give exactly one of plan_id (a stored plan) or plan (the plan itself)")
+    if body.plan is None:
+        return get_plan(session, body.plan_id or 0)
+    if isinstance(body.plan.get("run"), dict):
+        raise UserError(422, "plan.run", "the run section goes in `run`, beside the plan")
+    plan = valid_or_422(body.plan)
+    row = PlanRow(name=body.name, spec=plan.effective(), estimate=planner.estimate(plan))
+    session.add(row)
+    session.flush()  # its id, for the run; rolled back with the run when the submit is refused
+    return row
+
+
 def create_run(session: Session, body: RunCreate, by: Principal, idempotency_key: str | None = None) -> Run:
     """The stored plan plus the submitted run section, validated as one plan; stored with every default filled,
     so the trainer runs exactly the plan that was estimated. A repeated Idempotency-Key answers the first run."""
     key = idempotency_key if by.token_id is not None else None
     if key and (earlier := _submitted_with(session, by, key, body)) is not None:
         return earlier
-    stored = get_plan(session, body.plan_id)
+    stored = plan_of(session, body)
     settings = get_settings()
     # the checkpoint first: a preset plan's run.model_path is filled in from the models root or the hub cache
     merged = model_source.resolve({**stored.spec, "run": body.run.model_dump(mode="json")}, settings, strict=False)
@@ -152,7 +172,8 @@ def enqueue(run: Run) -> None:
 CHECKPOINT_REF = re.compile(r"^stage\d{1,4}/checkpoint-\d{1,12}$")  # as worker/trainer/checkpoints.py names one
 
 
-def retry_run(session: Session, run_id: int, by: Principal, from_checkpoint: str | None = None) -> Run:
+def retry_run(session: Session, run_id: int, by: Principal, from_checkpoint: str | None = None,
+              changes: dict[str, Any] | None = None) -> Run:
     """Queue the next attempt of a run that did not succeed; the worker resumes it from its last checkpoint, or from
     `from_checkpoint` (stage<i>/checkpoint-<step>, one listed by `checkpoints`): the trainer's launcher moves the
     newer ones to RUN_DIR/checkpoints-discarded/attempt-N before its ranks start."""
@@ -167,8 +188,12 @@ def retry_run(session: Session, run_id: int, by: Principal, from_checkpoint: str
     if run.state not in {st.value for st in transitions.RETRYABLE}:
         raise IllegalTransition(run.state, RunState.QUEUED)
     gate.check_queue(run, by)
+    said = change_run_section(run, changes or {})
     transitions.queue_retry(run, by.token_id)
     run.resume_from = from_checkpoint
+    if said:  # the run's timeline shows it (events)
+        run.changes = [*(run.changes or []), {"at": transitions.now().isoformat(), "attempt": run.attempt,
+                                              "message": said}]
     session.commit()
     enqueue(run)
     session.refresh(run)
@@ -179,6 +204,22 @@ def require_owner(run: Run, by: Principal, action: str) -> None:
     """403 unless `by` submitted the run or may act on any run (approver, admin): cancel and label share it."""
     if not by.can(Permission.CANCEL_ANY) and (by.token_id is None or run.submitted_by != by.token_id):
         raise UserError(403, "authorization", f"a submitter may {action} only the runs they submitted")
+
+
+def change_run_section(run: Run, changes: dict[str, Any]) -> str:
+    """Resume with another learning rate or schedule (`run.learning_rate`, `run.lr_scheduler`, and each stage's own):
+    the stored spec changes, checked by the plan model; answers what changed ("" for nothing)."""
+    changes = {k: v for k, v in changes.items() if v is not None}
+    section = run.spec.get("run") or {}
+    said = [f"{k} {section.get(k)} -> {v}" for k, v in changes.items() if section.get(k) != v]
+    if not said:
+        return ""
+    spec = copy.deepcopy(run.spec)
+    spec["run"].update(changes)
+    for stage in spec["run"].get("stages") or []:
+        stage.update({k: v for k, v in changes.items() if stage.get(k) is not None})
+    run.spec = valid_or_422(spec).effective()
+    return "resumed with " + ", ".join(said)
 
 
 def cancel_run(session: Session, run_id: int, by: Principal) -> Run:
@@ -270,6 +311,9 @@ def events(run: Run) -> list[dict]:
         out.append({"at": run.started_at, "kind": "attempt_started", "attempt": run.attempt,
                     "message": run.worker or ""})
     for alert in run.alerts:
-        out.append({"at": alert.created_at, "kind": "alert", "step": alert.step, "message": alert.message,
-                    "stopped": alert.stopped})
+        out.append({"at": alert.created_at, "kind": "alert", "attempt": alert.attempt, "step": alert.step,
+                    "message": alert.message, "stopped": alert.stopped})
+    for change in run.changes or []:
+        out.append({"at": datetime.fromisoformat(change["at"]), "kind": "changed", "attempt": change["attempt"],
+                    "message": change["message"]})
     return sorted(out, key=lambda e: transitions.as_utc(e["at"]))

@@ -15,9 +15,11 @@ class RunState(StrEnum):
     OOM = "oom"
     CANCELLED = "cancelled"
     LOST = "lost"
+    STOPPED = "stopped"  # stopped by a rule (an alert's run.stop_on_*), with a checkpoint; exit_reason says which
 
 
-TERMINAL = frozenset({RunState.SUCCEEDED, RunState.FAILED, RunState.OOM, RunState.CANCELLED, RunState.LOST})
+TERMINAL = frozenset({RunState.SUCCEEDED, RunState.FAILED, RunState.OOM, RunState.CANCELLED, RunState.LOST,
+                      RunState.STOPPED})
 ACTIVE = frozenset({RunState.STARTING, RunState.RUNNING})
 
 ALLOWED: dict[RunState, frozenset[RunState]] = {
@@ -30,6 +32,7 @@ ALLOWED: dict[RunState, frozenset[RunState]] = {
     RunState.OOM: frozenset({RunState.QUEUED}),
     RunState.CANCELLED: frozenset({RunState.QUEUED}),
     RunState.LOST: frozenset({RunState.QUEUED}),
+    RunState.STOPPED: frozenset({RunState.QUEUED}),
 }
 
 

@@ -59,6 +59,8 @@ def _end(session: Session, run: Run, state: RunState, reason: str | None,
     """Any terminal state: stamp the end and keep the attempt's outcome."""
     if state not in TERMINAL:
         raise IllegalTransition(run.state, state)
+    if run.stopped_by and state in (RunState.CANCELLED, RunState.SUCCEEDED):  # a rule stopped it (request_stop)
+        state, reason = RunState.STOPPED, run.exit_reason
     _move(run, state, only_from)
     run.finished_at, run.exit_reason = now(), reason
     record_attempt(session, run)
@@ -98,6 +100,8 @@ def queue_retry(run: Run, by: int | None = None) -> None:
     run.claimed_token_id = run.attempt_first_step = None
     run.queued_by = by
     run.resume_from = None  # the newest checkpoint, unless the caller names one (service.retry_run)
+    run.stopped_by = None  # the rules re-arm: this attempt's alerts and divergence reference are its own
+    run.attempt_loss_min = run.attempt_loss_first_step = None
     run.queued_at = run.sent_at = now()
 
 
@@ -114,12 +118,14 @@ def request_cancel(session: Session, run: Run) -> None:
         _end(session, run, RunState.CANCELLED, "cancelled before it started")
 
 
-def request_stop(run: Run, reason: str) -> None:
-    """An active run stopped by a rule (a metric alert): cancel it as a person would, and keep why; `finish`
-    records the cancel with this reason instead of the worker's."""
-    check_transition(run.state, RunState.CANCELLED)
+def request_stop(run: Run, reason: str, by: str = "alert") -> None:
+    """An active run stopped by a rule (a metric alert, `by` its kind): its worker stops it as a cancel (the trainer
+    saves a checkpoint), and the attempt ends `stopped` with this reason (`_end`), neither cancelled nor
+    succeeded."""
+    check_transition(run.state, RunState.STOPPED)
     run.cancel_requested = True
     run.exit_reason = reason
+    run.stopped_by = by[:32]
 
 
 def mark_lost(session: Session, run: Run, reason: str) -> None:

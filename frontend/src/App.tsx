@@ -5,6 +5,7 @@ import { CalibrationPage } from "./pages/Calibration";
 import { WorkersPage } from "./pages/Workers";
 import { Compare } from "./pages/Compare";
 import { Planner } from "./pages/planner/Planner";
+import { Plans } from "./pages/Plans";
 import { RunPage } from "./pages/run/RunPage";
 import { Runs } from "./pages/Runs";
 import { SignIn } from "./pages/SignIn";
@@ -51,18 +52,19 @@ function Shell() {
   else if (page === "runs") body = <Runs />;
   else if (page === "calibration") body = <CalibrationPage />;
   else if (page === "workers") body = <WorkersPage />;
+  else if (page === "plans") body = <Plans />;
   else if (page === "compare") {
     const ids = (route.query.get("ids") ?? "").split(",").map(Number).filter((n) => Number.isInteger(n) && n > 0);
     body = <Compare ids={ids} />;
   } else body = <Planner key={route.query.get("plan") ?? ""} query={route.query} />;
-  const active = page === "runs" || page === "compare" || page === "signin" || page === "calibration"
-    || page === "workers" ? page : "planner";
+  const active = ["runs", "compare", "signin", "calibration", "plans", "workers"].includes(page ?? "") ? page : "planner";
   return (
     <div className="app">
       <header className="topbar">
         <a className="brand" href="#/planner">Ulysses Lab</a>
         <nav>
           <a href="#/planner" className={active === "planner" ? "active" : ""} data-testid="nav-planner">Planner</a>
+          <a href="#/plans" className={active === "plans" ? "active" : ""} data-testid="nav-plans">Plans</a>
           <a href="#/runs" className={active === "runs" ? "active" : ""} data-testid="nav-runs">Runs</a>
           <a href="#/compare" className={active === "compare" ? "active" : ""} data-testid="nav-compare">Compare</a>
           <a href="#/calibration" className={active === "calibration" ? "active" : ""} data-testid="nav-calibration">Calibration</a>

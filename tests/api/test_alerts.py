@@ -49,27 +49,63 @@ def test_a_nan_loss_stops_the_run_with_the_reason(client, tokens, tmp_path):
     # the worker stops the trainer and records the cancel; the reason stays the rule's
     assert transitions.finish(run_id, 1, RunState.CANCELLED, "cancelled", last_step=2)
     run = client.get(f"/api/runs/{run_id}", headers=admin).json()
-    assert run["state"] == "cancelled" and run["exit_reason"].startswith("stopped: loss is NaN/Inf")
+    # a rule's stop ends in its own state, neither cancelled nor succeeded
+    assert run["state"] == "stopped" and run["exit_reason"].startswith("stopped: loss is NaN/Inf")
     steps = client.get(f"/api/runs/{run_id}/metrics", params={"name": "loss"}, headers=admin).json()
     assert steps["series"][0]["step"] == [1]  # the NaN itself is not stored
 
 
-def test_a_diverging_loss_raises_one_alert_and_stops_only_when_asked(client, tokens, tmp_path):
+def test_divergence_fires_from_the_third_step_against_the_running_minimum(client, tokens, tmp_path):
     admin = as_role(client, tokens, "admin")
-    warned = running_run(client, admin, tmp_path)
-    ingest(client, admin, warned, loss_points({s: 6.2 - 0.05 * s for s in range(1, 11)}))
-    ingest(client, admin, warned, loss_points({11: 40.0, 12: 5000.0}))
-    ingest(client, admin, warned, loss_points({13: 6000.0}))
+    warned = running_run(client, admin, tmp_path, stop_on_divergence=False)
+    ingest(client, admin, warned, loss_points({1: 6.2, 2: 80.0}))  # step 2: too early, whatever its size
+    assert alerts_of(client, admin, warned) == []
+    ingest(client, admin, warned, loss_points({3: 5.0, 4: 40.0}))  # 40 < 10 x 5 (the running minimum)
+    assert alerts_of(client, admin, warned) == []
+    ingest(client, admin, warned, loss_points({5: 51.0}))
+    ingest(client, admin, warned, loss_points({6: 6000.0}))  # one alert per kind and attempt
     run = client.get(f"/api/runs/{warned}", headers=admin).json()
-    assert [(a["kind"], a["step"], a["stopped"]) for a in run["alerts"]] == [("loss_diverged", 12, False)]
-    assert "above 10 x its early minimum" in run["alerts"][0]["message"] and not run["cancel_requested"]
+    assert alerts_of(client, admin, warned) == [("loss_diverged", 5, False)] and not run["cancel_requested"]
+    assert "above 10 x this attempt's lowest loss so far 5" in run["alerts"][0]["message"]
     listed = {r["id"]: r for r in client.get("/api/runs", headers=admin).json()}
     assert [a["kind"] for a in listed[warned]["alerts"]] == ["loss_diverged"]
 
-    stopped = running_run(client, admin, tmp_path, stop_on_divergence=True, divergence_factor=5)
-    ingest(client, admin, stopped, loss_points({1: 6.2, 11: 40.0}))
-    run = client.get(f"/api/runs/{stopped}", headers=admin).json()
-    assert run["cancel_requested"] and run["alerts"][0]["stopped"]
+
+def test_the_issues_lr_10_run_is_stopped_at_step_3_and_the_rules_re_arm_on_resume(client, tokens, tmp_path):
+    """On by default; the run ends `stopped`; a resume at a lower learning rate from the diverged checkpoint is
+    measured against its own steps (it trains on), and a resume that diverges again is stopped again."""
+    from backend.runs import transitions
+    from backend.runs.states import RunState
+
+    admin = as_role(client, tokens, "admin")
+    run_id = running_run(client, admin, tmp_path, learning_rate=10.0)
+    ingest(client, admin, run_id, loss_points({1: 6.2, 2: 849.0, 3: 3112.0}))
+    assert alerts_of(client, admin, run_id) == [("loss_diverged", 3, True)]
+    assert transitions.finish(run_id, 1, RunState.CANCELLED, "cancelled by request", last_step=3)
+    run = client.get(f"/api/runs/{run_id}", headers=admin).json()
+    assert run["state"] == "stopped" and run["exit_reason"].startswith("stopped: loss diverged (loss diverged: 3112")
+
+    r = client.post(f"/api/runs/{run_id}/retry", json={"learning_rate": 1e-3, "lr_scheduler": "cosine"},
+                    headers=admin)
+    assert r.status_code == 200, r.text
+    assert (r.json()["spec"]["run"]["learning_rate"], r.json()["spec"]["run"]["lr_scheduler"]) == (1e-3, "cosine")
+    assert transitions.claim(run_id, "test-worker") is not None and transitions.start(run_id, 2, str(tmp_path))
+    # the new attempt's shipper sends attempt 1's file again first: written before attempt 2 started, it raises nothing
+    ingest(client, admin, run_id, {"points": [{"step": s, "name": "loss", "value": v, "wall_time": 1.7e9}
+                                              for s, v in {1: 6.2, 2: 849.0, 3: 3112.0}.items()]})
+    assert alerts_of(client, admin, run_id) == [("loss_diverged", 3, True)]
+    ingest(client, admin, run_id, loss_points({4: 3000.0, 5: 2900.0, 6: 2500.0, 7: 2000.0}))  # trains on
+    assert alerts_of(client, admin, run_id) == [("loss_diverged", 3, True)]
+    ingest(client, admin, run_id, loss_points({8: 30_000.0}))  # diverges again: stopped again
+    run = client.get(f"/api/runs/{run_id}", headers=admin).json()
+    assert [(a["attempt"], a["step"], a["stopped"]) for a in run["alerts"]] == [(1, 3, True), (2, 8, True)]
+    assert run["cancel_requested"]
+    events = client.get(f"/api/runs/{run_id}/events", headers=admin).json()
+    changed = next(e for e in events if e["kind"] == "changed")
+    assert changed["attempt"] == 2 and changed["message"] == ("resumed with learning_rate 10.0 -> 0.001, "
+                                                              "lr_scheduler constant -> cosine"), changed
+    r = client.post(f"/api/runs/{run_id}/retry", json={"learning_rate": 11}, headers=admin)
+    assert r.status_code == 422 and r.json()["detail"][0]["field"] == "learning_rate", r.text
 
 
 def test_a_healthy_loss_raises_nothing(client, tokens, tmp_path):

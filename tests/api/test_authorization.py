@@ -27,6 +27,7 @@ ACCESS: dict[tuple[str, str], Permission | None] = {
     ("POST", "/api/estimate/max-seq"): P.READ,
     ("POST", "/api/estimate/sweep"): P.READ,
     ("POST", "/api/estimate/export"): P.READ,
+    ("POST", "/api/estimate/export.zip"): P.READ,
     ("POST", "/api/estimate/recommend"): P.READ,
     ("POST", "/api/estimate/fix"): P.READ,
     ("POST", "/api/estimate/sp-methods"): P.READ,
@@ -55,10 +56,13 @@ ACCESS: dict[tuple[str, str], Permission | None] = {
     ("POST", "/api/runs/{run_id}/metrics"): P.INGEST,
     ("GET", "/api/runs/{run_id}/metrics/names"): P.READ,
     ("GET", "/api/runs/{run_id}/metrics"): P.READ,
+    ("GET", "/api/runs/{run_id}/metrics.csv"): P.READ,
+    ("GET", "/api/runs/{run_id}/metrics.parquet"): P.READ,
     ("GET", "/api/runs/{run_id}/stream"): P.READ,
 }
 # A body that passes validation where one is needed, so an allowed role reaches the route's own code.
 BODIES = {"/api/estimate": tiny_plan(), "/api/estimate/max-seq": tiny_plan(), "/api/estimate/export": tiny_plan(),
+          "/api/estimate/export.zip": tiny_plan() | {"run": {"data": {"path": "x.txt"}}},
           "/api/estimate/sweep": {"plan": tiny_plan()}, "/api/plans/effective": tiny_plan(),
           "/api/plans": tiny_plan(), "/api/tokens": {"name": "x", "role": "viewer"},
           "/api/runs/{run_id}/metrics": {"points": []}, "/api/estimate/recommend": {"plan": tiny_plan()},

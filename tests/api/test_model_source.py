@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.api.conftest import as_role
-from tests.checkpoints import save_tiny_checkpoint
+from tests.checkpoints import save_tiny_checkpoint, save_tiny_tokenizer
 from tests.tiny import tiny_plan
 
 PRESET = {"model": {"preset": "Qwen/Qwen3-4B"}, "hardware": {"gpu": "H100-80GB"}, "training": {"seq_len": 8192}}
@@ -55,6 +55,35 @@ def test_a_name_under_the_models_root_resolves_to_its_directory(client, admin, m
     r = submit(client, admin, tiny_plan(), {"data": {"path": str(data)}, "model_path": "acme/tiny-llama"})
     assert r.status_code == 201, r.text
     assert r.json()["spec"]["run"]["model_path"] == str((models_dir / "acme" / "tiny-llama").resolve())
+
+
+def test_planning_and_exports_of_a_preset_run_never_need_its_weights(client, admin, data):
+    """Issue 28: a planning host holds no weights; the estimate, --effective, the exports and the zip answer."""
+    plan = PRESET | {"run": {"data": {"path": str(data)}}}
+    for path in ("/api/estimate", "/api/plans/effective", "/api/estimate/export", "/api/estimate/export.zip"):
+        r = client.post(path, json=plan, headers=admin)
+        assert r.status_code == 200, (path, r.text)
+    assert json.loads(client.post("/api/estimate/export", json=plan, headers=admin).json()["plan_json"])["run"]
+
+
+def test_a_checkpoint_without_a_tokenizer_is_refused_at_approval_naming_the_field(client, admin, models_dir, data):
+    """Issue 28: without tokenizer files Transformers builds an empty tokenizer and the run fails blaming its data;
+    approval names run.model_path, or run.tokenizer when the plan names one."""
+    bare = save_tiny_checkpoint(models_dir / "acme" / "no-tokenizer", weights=False)
+    r = submit(client, admin, tiny_plan(), {"data": {"path": str(data)}, "model_path": "acme/no-tokenizer"})
+    assert r.status_code == 201, r.text
+    field, message = error(client.post(f"/api/runs/{r.json()['id']}/approve", headers=admin))
+    assert field == "run.model_path" and "holds no tokenizer files" in message and "run.tokenizer" in message
+    r = submit(client, admin, tiny_plan(), {"data": {"path": str(data)}, "model_path": "acme/no-tokenizer",
+                                            "tokenizer": str(bare)})
+    field, message = error(client.post(f"/api/runs/{r.json()['id']}/approve", headers=admin))
+    assert field == "run.tokenizer" and "holds no tokenizer" in message
+    save_tiny_tokenizer(models_dir / "acme" / "a-tokenizer")
+    r = submit(client, admin, tiny_plan(), {"data": {"path": str(data)}, "model_path": "acme/no-tokenizer",
+                                            "tokenizer": "acme/a-tokenizer"})  # a name under the models root
+    approved = client.post(f"/api/runs/{r.json()['id']}/approve", headers=admin)
+    assert approved.status_code == 200, approved.text
+    assert approved.json()["spec"]["run"]["tokenizer"] == str((models_dir / "acme" / "a-tokenizer").resolve())
 
 
 def test_a_preset_without_a_checkpoint_is_refused_at_submit(client, admin, data):

@@ -140,3 +140,13 @@ def test_defaults_endpoint_is_the_model(client, tokens):
     assert d["choices"]["training.attn_implementation"] == ["flash_attention_2", "flash_attention_3", "sdpa",
                                                             "flex_attention", "eager"]
     assert d["plan"]["training"]["activation_checkpointing"] is True  # the example, defaulted
+
+
+def test_the_page_and_the_cli_share_one_cpu_memory_default(client, tokens):
+    """Issue 28: the page started from 1,900 GiB per node, `ulab plan` from 1,024."""
+    from plan.model import Hardware
+
+    d = client.get("/api/plans/defaults", headers=as_role(client, tokens, "viewer")).json()
+    default = Hardware.model_fields["cpu_memory_gib_per_node"].default
+    assert d["plan"]["hardware"]["cpu_memory_gib_per_node"] == default == 1024.0
+    assert d["defaults"]["hardware"]["cpu_memory_gib_per_node"] == default

@@ -39,6 +39,7 @@ def test_memory_over_the_fraction_stops_the_run_with_the_reason(client, tokens, 
     assert run["alerts"][0]["message"] == "probe: rank 1 peaked at 76.2 GiB, 95% of 80 (limit 90%)"
     assert transitions.finish(run_id, 1, RunState.CANCELLED, "cancelled", last_step=2)
     run = client.get(f"/api/runs/{run_id}", headers=admin).json()
+    assert run["state"] == "stopped"  # a rule stopped it: neither cancelled nor succeeded
     assert run["exit_reason"] == "stopped: smoke test failed (probe: rank 1 peaked at 76.2 GiB, 95% of 80 (limit 90%))"
     events = client.get(f"/api/runs/{run_id}/events", headers=admin).json()
     assert any("probe: rank 1 peaked" in str(e) for e in events)

@@ -13,10 +13,19 @@ def test_tags_notes_tag_filter_and_final_loss(stack, api, corpus):
     other = submit(api, tiny_plan(), {"steps": 3, "data": {"path": str(corpus)}}, name="untagged", approve=False)
     rid = run["id"]
     points = [{"step": s, "name": "loss", "value": v} for s, v in ((1, 6.5), (2, 5.25), (3, 4.125))]
+    big = submit(api, tiny_plan(), {"steps": 3, "data": {"path": str(corpus)}}, name="diverged", approve=False)
+    assert api.post(f"/api/runs/{big['id']}/metrics", json={"points": [{"step": 1, "name": "loss",
+                                                                         "value": 7691.9}]}).status_code == 200
     assert api.post(f"/api/runs/{rid}/metrics", json={"points": points}).status_code == 200
     with chromium_page(height=1000) as page:
         page.goto(f"{stack.url}/#/runs/{rid}")
         page.locator("[data-testid=run-labels]").wait_for(timeout=20_000)
+        # every stored point, as the run page's CSV button downloads it (issue 28)
+        with page.expect_download() as info:
+            page.click("[data-testid=download-metrics-csv]")
+        assert info.value.suggested_filename == f"run-{rid}-metrics.csv"
+        assert open(info.value.path()).read().splitlines()[1:] == [f"{s},0,loss,{v},0.0" for s, v in
+                                                                   ((1, 6.5), (2, 5.25), (3, 4.125))]
         page.fill("[data-testid=run-tags-input]", "baseline, 64k")
         page.fill("[data-testid=run-notes-input]", "first of the lr sweep")
         page.click("[data-testid=run-labels-save]")
@@ -27,7 +36,8 @@ def test_tags_notes_tag_filter_and_final_loss(stack, api, corpus):
 
         page.goto(f"{stack.url}/#/runs")
         page.locator(f"[data-testid=run-tag-{rid}-baseline]").wait_for(timeout=20_000)
-        assert page.inner_text(f"[data-testid=run-loss-{rid}]") == "4.1250"  # fmtNum, 4 digits
+        assert page.inner_text(f"[data-testid=run-loss-{rid}]") == "4.125"  # fmtValue: 4 significant digits
+        assert page.inner_text(f"[data-testid=run-loss-{big['id']}]") == "7,692"  # not "7.6919k"
         page.select_option("[data-testid=runs-filter-tag]", "baseline")
         page.wait_for_function(f"() => !document.querySelector('[data-testid=run-row-{other['id']}]')", timeout=10_000)
         assert page.locator(f"[data-testid=run-row-{rid}]").is_visible()

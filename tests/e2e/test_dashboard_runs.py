@@ -66,9 +66,20 @@ def test_submit_approve_and_watch_the_loss_chart_grow(api_server, api, corpus):
         first = _points(page)
         page.wait_for_function("n => Number(document.querySelector('[data-testid=loss-chart]')?.dataset.points) > n",
                                arg=first, timeout=120_000)
+        # the ETA, from the measured step times, while it runs (issue 28)
+        page.wait_for_function("() => /\\d/.test(document.querySelector('[data-testid=run-eta]')?.textContent ?? '')"
+                               " || document.querySelector('[data-testid=run-state]')?.dataset.state !== 'running'",
+                               timeout=60_000)
+        state, eta = page.evaluate("() => [document.querySelector('[data-testid=run-state]')?.dataset.state,"
+                                   " document.querySelector('[data-testid=run-eta]')?.textContent]")
+        if state == "running":  # read together: the run may end between two reads
+            assert re.fullmatch(r"[\d.]+ (µs|ms|s)|\d+ min \d+ s", eta or ""), eta
         screenshot(page, "dashboard-run-live")
         page.wait_for_function("document.querySelector('[data-testid=run-state]')?.dataset.state === 'succeeded'",
                                timeout=300_000)
+        # a finished run shows no stream status and no ETA
+        assert page.locator("[data-testid=live-status]").count() == 0
+        assert page.locator("[data-testid=run-eta]").count() == 0
         loss = api.get(f"/api/runs/{run_id}/metrics", params={"name": "loss"}).json()
         n = len(loss["series"][0]["step"])
         assert n >= 40 - 1

@@ -70,3 +70,53 @@ def test_submit_from_the_form_with_a_checkpoint_under_the_models_root(stack, api
         assert page.locator("[data-testid=run-checkpoints] tbody tr").count() == 1
         page.locator("[data-testid=run-checkpoints]").scroll_into_view_if_needed()
         screenshot(page, "dashboard-run-checkpoints")
+
+
+def test_the_form_is_as_strict_as_the_cli(api_server, api):
+    """Issue 28: a misspelt key pasted into "Load into the form" is refused by name with the API's hint, as are an
+    unknown GPU and preset (never dropped, nor shown as another valid value); a refused submit says why beside the
+    field and stores no plan."""
+    import copy
+
+    from tests.tiny import tiny_plan
+
+    plans_before = len(api.get("/api/plans").json())
+    misspelt = copy.deepcopy(tiny_plan())
+    misspelt["training"]["offload_optimiser"] = True
+    unknown_gpu = copy.deepcopy(tiny_plan())
+    unknown_gpu["hardware"]["gpu"] = "H900"
+    with chromium_page(height=1400) as page:
+        page.goto(f"{api_server}/#/planner")
+        page.wait_for_function(VALID, timeout=30_000)
+        page.click("[data-testid=load-plan] summary")
+        for plan, said in ((misspelt, "training.offload_optimiser: unknown field; did you mean offload_optimizer?"),
+                           (unknown_gpu, "hardware.gpu: unknown GPU 'H900'; known GPUs: A100-40GB")):
+            page.fill("[data-testid=plan-json]", json.dumps(plan))
+            page.click("[data-testid=load-plan-json]")
+            page.locator("[data-testid=load-plan-error]").wait_for(timeout=10_000)
+            assert said in page.inner_text("[data-testid=load-plan-error]")
+        assert page.input_value("[data-testid=input-gpus_per_node]") != "2"  # the refused plan was not loaded
+        screenshot(page, "dashboard-load-plan-refused")
+        page.fill("[data-testid=run-lr]", "abc")
+        page.wait_for_function(VALID, timeout=20_000)
+        page.click("[data-testid=submit-run]")
+        error = page.locator("[data-testid='submit-error-run.learning_rate']")
+        error.wait_for(timeout=10_000)
+        assert "number" in error.inner_text() and "None" not in error.inner_text()
+    assert len(api.get("/api/plans").json()) == plans_before
+
+
+def test_the_plans_page_lists_stored_plans_and_opens_one_in_the_planner(api_server, api):
+    from tests.tiny import tiny_plan
+
+    r = api.post("/api/plans", json={"name": "listed-plan", **tiny_plan(sp_size=2)})
+    assert r.status_code == 201, r.text
+    plan_id = r.json()["id"]
+    with chromium_page() as page:
+        page.goto(f"{api_server}/#/plans")
+        row = page.locator(f"[data-testid=plan-row-{plan_id}]")
+        row.wait_for(timeout=20_000)
+        assert "listed-plan" in row.inner_text() and "fits" in row.inner_text()
+        page.click(f"[data-testid=plan-open-{plan_id}]")
+        page.wait_for_function(VALID, timeout=20_000)
+        assert page.input_value("[data-testid=input-sp_size]") == "2"

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.slow
 def test_an_impossible_memory_fraction_stops_the_run_at_the_probe(api, corpus):
     run = submit(api, tiny_plan(sp_size=1), {"steps": 400, "checkpoint_every": 0, "data": {"path": str(corpus)},
                                              "probe": {"steps": 3, "max_memory_fraction": 1e-9}}, name="probe-gate")
-    done = wait_for(api, run["id"], {"cancelled"}, timeout_s=300)
+    done = wait_for(api, run["id"], {"stopped"}, timeout_s=300)
     assert done["exit_reason"].startswith("stopped: smoke test failed (probe: rank 0 peaked at "), done["exit_reason"]
     assert "of 80 (limit 1e-09)" in done["exit_reason"] and done["last_step"] < 400
     assert [(a["kind"], a["stopped"]) for a in done["alerts"]] == [("probe_failed", True)]
@@ -22,7 +22,7 @@ def test_an_impossible_memory_fraction_stops_the_run_at_the_probe(api, corpus):
     events = api.get(f"/api/runs/{run['id']}/events").json()
     alert = next(e for e in events if e["kind"] == "alert")
     assert alert["stopped"] and alert["message"].startswith("probe: rank 0 peaked at")
-    assert events[-1]["kind"] == "attempt_ended" and events[-1]["state"] == "cancelled"
+    assert events[-1]["kind"] == "attempt_ended" and events[-1]["state"] == "stopped"
     print("gate:", done["exit_reason"], "stopped after step", done["last_step"])
 
 

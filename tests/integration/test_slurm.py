@@ -222,33 +222,3 @@ def test_requeue_resumes_from_the_checkpoint_with_no_step_lost_or_repeated(slurm
     # checkpoints only on SIGTERM (checkpoint_every 1000): attempt 2 went on from the step attempt 1 saved
     assert [x["step"] for x in lines] == list(range(1, steps + 1)), "a step was lost or trained twice"
     print(f"attempt 1 stopped at step {done['attempts'][0]['last_step']}")
-
-
-def test_the_exported_sbatch_script_trains_the_plan_on_the_cluster(cluster, corpus, tmp_path):
-    """The planner's sbatch export, submitted by hand as its header says (partition on sbatch's command line), beside
-    the exported plan.json: the job trains every step with no Ulysses Lab service. This cluster has no GPUs (no GRES):
-    the script's --gpus-per-node line is the one line taken out."""
-    import os
-    import sys
-
-    from plan.launch import exports
-
-    plan = tiny_plan(sp_size=1) | {"run": {"steps": 3, "checkpoint_every": 0, "data": {"path": str(corpus)}}}
-    x = exports(plan)
-    (tmp_path / "plan.json").write_text(x["plan_json"])
-    script = "\n".join(line for line in x["sbatch_script"].splitlines() if not line.startswith("#SBATCH --gpus"))
-    (tmp_path / "ulab-job.sbatch").write_text(script + "\n")
-    env = {**cluster.env, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    r = subprocess.run(["sbatch", "--parsable", "--partition=debug", "ulab-job.sbatch"], cwd=tmp_path, env=env,
-                       capture_output=True, text=True, timeout=30)
-    assert r.returncode == 0, r.stderr
-    job_id = r.stdout.strip().split(";")[0]
-    end = time.monotonic() + 180
-    while (state := job_state(cluster, job_id)) not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "?"):
-        assert time.monotonic() < end, cluster.scontrol("show", "job", "-o", job_id).stdout
-        time.sleep(0.5)
-    output = (tmp_path / f"ulab-{job_id}.log").read_text()
-    assert state == "COMPLETED", output[-3000:]
-    assert f"--- slurm job {job_id} (restart 0)" in output
-    lines = [json.loads(line) for line in (tmp_path / "runs" / f"ulysses-lab-{job_id}" / "metrics.jsonl").open()]
-    assert [line["step"] for line in lines] == [1, 2, 3]

@@ -83,8 +83,26 @@ def test_one_torchrun_line_per_node_and_the_plan_json(tmp_path):
     lines = x["launch_commands_per_node"]
     assert len(lines) == 2
     for rank, line in enumerate(lines):
-        assert f"--node-rank {rank}" in line and f"--rdzv-endpoint ${MAIN_NODE_PLACEHOLDER}:29500" in line
+        assert f"--node-rank {rank}" in line
+        assert f'--rdzv-endpoint "${MAIN_NODE_PLACEHOLDER}:${{MAIN_NODE_PORT:-29500}}"' in line
     assert json.loads(x["plan_json"])["parallel"] == {"sp_size": 4, "dp_size": 2}
+
+
+def test_every_switch_the_estimate_counts_is_in_the_exports_in_each_tools_form():
+    plan = TWO_NODES | {"training": {**TWO_NODES["training"], "liger_kernel": True, "activation_checkpointing": True,
+                                     "checkpoint_offload": True, "tiled_mlp": True, "tiled_logits_loss": True}}
+    x = exports(plan)
+    ds = json.loads(x["deepspeed_json"])
+    # DeepSpeedConfig with no mpu divides the world by this (deepspeed/runtime/config.py)
+    assert ds["sequence_parallel_size"] == 4 and ds["train_batch_size"] == 1 * 8 * 2
+    args = json.loads(x["training_args_json"])
+    ta = args["training_arguments"]
+    assert ta["use_liger_kernel"] and ta["activation_checkpointing"] and ta["deepspeed"] == "deepspeed_config.json"
+    assert all(args["alst"][k]["enabled"] for k in ("tiled_mlp", "tiled_logits_loss", "checkpoint_offload"))
+    assert args["parallelism_config"] == {"sp_backend": "deepspeed", "sp_size": 4, "dp_shard_size": 2}
+    # the YAML names the JSON, and carries no second copy of its settings
+    assert "deepspeed_config_file: deepspeed_config.json" in x["accelerate_yaml"]
+    assert "zero_stage" not in x["accelerate_yaml"] and "offload_optimizer_device" not in x["accelerate_yaml"]
 
 
 def test_a_single_node_needs_no_main_node_address():
@@ -100,8 +118,8 @@ def test_the_sbatch_script_asks_for_the_plans_nodes_and_gpus_and_is_valid_bash(t
     signal = next(o for o in options if o.startswith("--signal=B:TERM@"))
     assert int(signal.rsplit("@", 1)[1]) >= 30 + 30  # torchrun's stop floor and the margin, at least
     # one launcher per node, its node rank from Slurm, resuming from the newest checkpoint
-    assert "ULAB_NODE_RANK=$SLURM_NODEID exec python -m worker.trainer" in script and "--resume" in script
-    assert ":29500" in script and 'ULAB_RDZV_ID="slurm-$SLURM_JOB_ID"' in script
+    assert "ULAB_NODE_RANK=$SLURM_PROCID exec python -m worker.trainer" in script and "--resume" in script
+    assert ":${MAIN_NODE_PORT:-29500}" in script and 'ULAB_RDZV_ID="slurm-$SLURM_JOB_ID"' in script
     path = tmp_path / "job.sbatch"
     path.write_text(script)
     check = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)

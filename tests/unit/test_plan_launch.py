@@ -92,8 +92,9 @@ def test_accelerate_yaml_parses_and_names_sp():
     cfg = yaml.safe_load(accelerate_config_yaml(plan()))
     assert cfg["distributed_type"] == "DEEPSPEED"
     assert cfg["num_processes"] == 8 and cfg["num_machines"] == 2
-    assert cfg["deepspeed_config"]["zero_stage"] == 3
-    assert cfg["deepspeed_config"]["offload_optimizer_device"] == "cpu"
+    # ZeRO stage and offload are the JSON's (one copy); the YAML names it, and zero.Init for ZeRO-3
+    assert cfg["deepspeed_config"] == {"deepspeed_config_file": "deepspeed_config.json", "zero3_init_flag": True,
+                                       "deepspeed_multinode_launcher": "standard"}
     pc = cfg["parallelism_config"]
     assert pc["parallelism_config_sp_size"] == 4 and pc["parallelism_config_sp_backend"] == "deepspeed"
     assert pc["parallelism_config_sp_attn_implementation"] == "flash_attention_2"

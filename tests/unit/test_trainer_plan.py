@@ -63,13 +63,41 @@ def test_stages_replace_seq_len_and_steps():
     ("training.zero_stag", 1, "training.zero_stag"),
     ("run.steps", 0, "run.steps"),
     ("run", _DELETE, "run"),
-    ("model", {"preset": "Qwen/Qwen3-4B"}, "run.model_path"),  # random weights need an architecture config
     ("run.stages", [{"seq_len": 255, "steps": 1}], "run.stages[0].seq_len"),
 ])
 def test_bad_plans_name_the_field(path, value, field):
     with pytest.raises(PlanError) as e:
         RunSpec.from_plan(with_(path, value))
     assert str(e.value).startswith(field), str(e.value)
+
+
+def test_a_preset_plan_without_weights_is_valid_and_its_checkpoint_is_checked_where_it_loads(tmp_path, monkeypatch):
+    """Planning, exports and the dry run never need the weights (issue 28): the preset's checkpoint is looked up by
+    the trainer (ULAB_MODELS_DIR/<preset>, else the hub cache), and a missing one names run.model_path."""
+    from plan.launch import dry_run, exports
+    from worker.trainer.spec import check_model_source
+
+    plan = with_("model", {"preset": "Qwen/Qwen3-4B"})
+    spec = RunSpec.from_plan(plan)
+    assert exports(plan)["valid"] and dry_run(plan, cuda=False)["plan"]["model"] == {"preset": "Qwen/Qwen3-4B"}
+    monkeypatch.setenv("ULAB_MODELS_DIR", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))  # an empty cache
+    assert spec.model_path == "Qwen/Qwen3-4B"  # not under the models root: a hub id
+    with pytest.raises(PlanError) as e:
+        check_model_source(spec)
+    assert str(e.value).startswith("run.model_path: Qwen/Qwen3-4B is not downloaded"), str(e.value)
+    (tmp_path / "Qwen" / "Qwen3-4B").mkdir(parents=True)
+    assert spec.model_path == str(tmp_path / "Qwen" / "Qwen3-4B")
+    with pytest.raises(PlanError, match="run.model_path: .* has no config.json"):
+        check_model_source(spec)
+    (tmp_path / "Qwen" / "Qwen3-4B" / "config.json").write_text("{}")
+    with pytest.raises(PlanError, match="run.model_path: .* holds no tokenizer files"):  # checked here too
+        check_model_source(spec)
+    (tmp_path / "Qwen" / "Qwen3-4B" / "tokenizer.json").write_text("{}")
+    check_model_source(spec)
 
 
 def _ulab_train(tmp_path, plan: dict | str, data: str | None = "x " * 2000):

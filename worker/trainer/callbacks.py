@@ -27,6 +27,22 @@ def install_stop_handler() -> None:
     signal.signal(signal.SIGTERM, on_term)
 
 
+def apply_learning_rate(scheduler, learning_rate: float) -> None:
+    """The plan's learning rate over a resumed checkpoint's: the Trainer restores the scheduler (its base rates) and
+    DeepSpeed the optimizer's rates from the checkpoint, so a resume with a new `run.learning_rate` would train on at
+    the old one. The schedule itself (its lambdas) is the one the plan names; its step count is the checkpoint's.
+    Called once the Trainer has loaded the checkpoint (on_train_begin); a fresh start is unchanged."""
+    while scheduler is not None and not hasattr(scheduler, "lr_lambdas"):  # Accelerate's wrapper
+        scheduler = getattr(scheduler, "scheduler", None)
+    if scheduler is None:
+        return
+    scheduler.base_lrs = [learning_rate] * len(scheduler.base_lrs)
+    for group, fn in zip(scheduler.optimizer.param_groups, scheduler.lr_lambdas, strict=True):
+        group["initial_lr"] = learning_rate
+        group["lr"] = learning_rate * fn(scheduler.last_epoch)
+    scheduler._last_lr = [g["lr"] for g in scheduler.optimizer.param_groups]
+
+
 class StepMetricsCallback(TrainerCallback):
     # loss part, tokens, stop flag, step time, peak allocated, peak reserved, peak activations, targets; then the
     # system figures (system.NAMES)
@@ -54,6 +70,7 @@ class StepMetricsCallback(TrainerCallback):
         self.evaluate_every = None  # (every N steps, fn(step)): the loss-by-position evaluation (train.run_stage)
 
     def on_train_begin(self, args, state, control, **kw):
+        apply_learning_rate(self.trainer.lr_scheduler, args.learning_rate)
         opt = self.trainer.optimizer
         while opt is not None and not isinstance(opt, torch.optim.Optimizer):  # Accelerate / DeepSpeed wrappers
             opt = getattr(opt, "optimizer", None)

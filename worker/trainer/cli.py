@@ -53,7 +53,7 @@ from .exits import (
     say_last_words,
     says_out_of_memory,
 )
-from .spec import PlanError, RunSpec, load_plan
+from .spec import PlanError, RunSpec, check_model_source, load_plan
 
 
 def _say(line: str) -> None:
@@ -68,6 +68,7 @@ def validate(plan_path: Path, run_dir: Path, resume: bool = False) -> RunSpec:
     """Parse the plan, check it against this machine and the checkpoint a resume continues from, and make sure
     every stage has data; raises PlanError / data.DataError with one line."""
     spec = RunSpec.from_plan(load_plan(plan_path))
+    check_model_source(spec)
     if spec.depends_on_device:  # torch only then: the launcher of a multi-rank run need not import it
         import torch
 

@@ -223,7 +223,7 @@ def prepare_all_stages(spec, run_dir: Path, base_dir: Path | None = None) -> lis
     out = []
     for i, stage in enumerate(spec.stages):
         target = stage_data_path(run_dir, i)
-        tokenizer_name = "byte-level" if spec.model_path is None else f"hf:{spec.model_path}"
+        tokenizer_name = "byte-level" if spec.tokenizer_path is None else f"hf:{spec.tokenizer_path}"
         key = _cache_key(spec, path, stage.seq_len, tokenizer_name)
         meta = target.with_suffix(".json")
         if target.exists() and meta.exists() and json.loads(meta.read_text()).get("key") == key:
@@ -232,7 +232,7 @@ def prepare_all_stages(spec, run_dir: Path, base_dir: Path | None = None) -> lis
             continue
         if docs_ids is None:
             docs = read_documents(path, spec.data)
-            tok = tokenizer_for(spec.model_path)
+            tok = tokenizer_for(spec.tokenizer_path)
             docs_ids = [tok.encode(d) for d in docs]
         total = sum(len(d) + 1 for d in docs_ids)
         if total < stage.seq_len:

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from plan import Plan, Spec, validate
 from plan.errors import first_line
-from plan.model import StagePlan
+from plan.model import TOKENIZER_FILES, StagePlan
 
 # attention kernels that are packages of their own: (module Transformers imports, the package to install)
 ATTENTION_PACKAGES = {"flash_attention_2": ("flash_attn", "flash-attn"),
@@ -116,7 +117,16 @@ class RunSpec:
 
     @property
     def model_path(self) -> str | None:
+        """Where the weights load from: `run.model_path`; with none and `model.preset`, the preset's checkpoint
+        (`preset_checkpoint`); None (random weights from `model.config`) otherwise."""
+        if self.run.model_path is None and self.plan.model.preset is not None:
+            return preset_checkpoint(self.plan.model.preset)
         return self.run.model_path
+
+    @property
+    def tokenizer_path(self) -> str | None:
+        """Where the tokenizer loads from: `run.tokenizer`, else the checkpoint's; None: the byte tokenizer."""
+        return self.run.tokenizer or self.model_path
 
     @property
     def checkpoint_every(self) -> int:
@@ -134,6 +144,46 @@ class RunSpec:
                 return i, global_step - done
             done += s.steps
         return len(self.stages), 0
+
+
+# The models root the service checks at approval (backend/core/settings.py models_dir); a node started by hand reads
+# the same variable. A preset whose directory is not under it loads as a hub id (Transformers' cache or the hub).
+MODELS_DIR_ENV = "ULAB_MODELS_DIR"
+
+
+def preset_checkpoint(preset: str) -> str:
+    """The checkpoint of a preset with no `run.model_path`: ULAB_MODELS_DIR/<preset> when that directory exists, else
+    the preset's name as a hub id."""
+    root = os.environ.get(MODELS_DIR_ENV)
+    if root and (Path(root).expanduser() / preset).is_dir():
+        return str(Path(root).expanduser() / preset)
+    return preset
+
+
+def check_model_source(spec: RunSpec) -> None:
+    """The checkpoint a run loads, checked where it is loaded, before any rank starts: a directory must hold a
+    config.json; a hub id must be in Transformers' cache when the hub is off (HF_HUB_OFFLINE). PlanError naming
+    run.model_path."""
+    source = spec.model_path
+    if source is None:
+        return
+    local = Path(source).expanduser()
+    if local.is_absolute() or source.startswith(".") or local.exists():
+        if not (local / "config.json").is_file():
+            raise PlanError(f"run.model_path: {source} has no config.json (a directory saved with save_pretrained "
+                            "or downloaded from the hub)")
+        if spec.run.tokenizer is None and not any((local / f).is_file() for f in TOKENIZER_FILES):
+            raise PlanError(f"run.model_path: {source} holds no tokenizer files (none of "
+                            f"{', '.join(TOKENIZER_FILES)}); save the tokenizer beside the weights or name one in "
+                            "run.tokenizer")
+        return
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on"):
+        from huggingface_hub import try_to_load_from_cache
+
+        if not isinstance(try_to_load_from_cache(source, "config.json"), str):
+            where = f"{os.environ.get(MODELS_DIR_ENV, '(ULAB_MODELS_DIR unset)')}/{source}"
+            raise PlanError(f"run.model_path: {source} is not downloaded (looked in {where} and the Hugging Face "
+                            "cache, with HF_HUB_OFFLINE set); download it or set run.model_path to its directory")
 
 
 def load_plan(path: Path) -> dict:

@@ -173,8 +173,8 @@ def run_stage(spec, run_dir: Path, stage_index: int, *, resume_from: Path | None
             evaluate_positions(last)
         for after, test in spec.plan.passkey_tests():
             if after == stage_index:
-                record = passkey(model, tokenizer_for(spec.model_path), test.test_lengths(spec.sp_size), test.depths,
-                                 test.trials, spec.seed, device)
+                record = passkey(model, tokenizer_for(spec.tokenizer_path), test.test_lengths(spec.sp_size),
+                                 test.depths, test.trials, spec.seed, device)
                 if writer is not None:
                     writer.write({"step": last, "stage": stage_index, **record, "time": time.time()})
     cb.evaluate_every = None

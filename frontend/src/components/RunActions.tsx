@@ -27,7 +27,7 @@ export function RunActions({ run, onChange, compact }: { run: Run; onChange: (r:
     }
   };
   const terminal = TERMINAL.includes(run.state);
-  const ended = ["failed", "oom", "lost", "cancelled"].includes(run.state);
+  const ended = ["failed", "oom", "lost", "cancelled", "stopped"].includes(run.state);
   // a run never approved is not retried (the API's queue gate answers 409): it is submitted anew
   const retryable = ended && Boolean(run.approved_at);
   const id = run.id;

@@ -36,7 +36,7 @@ export function gpuName(gpu: string | CustomGpu | undefined): string {
 
 export type RunState =
   | "pending_approval" | "queued" | "starting" | "running"
-  | "succeeded" | "failed" | "oom" | "cancelled" | "lost";
+  | "succeeded" | "failed" | "oom" | "cancelled" | "lost" | "stopped";
 
 /** A run as the API answers it; its spec is the plan it runs, every default filled in. */
 export type Run = Omit<Schemas["RunOut"], "spec" | "state" | "attempts"> & { spec: Plan; state: RunState; attempts?: Attempt[] };
@@ -52,7 +52,7 @@ export type MetricSeries = { rank: number; step: number[]; min: number[]; max: n
 export type MetricQuery = { name: string; series: MetricSeries[] };
 export type StreamPoint = { rank: number; step: number; name: string; value: number };
 
-export const TERMINAL: RunState[] = ["succeeded", "failed", "oom", "cancelled", "lost"];
+export const TERMINAL: RunState[] = ["succeeded", "failed", "oom", "cancelled", "lost", "stopped"];
 
 export class ApiError extends Error {
   status: number;
@@ -71,6 +71,7 @@ async function request<T>(method: string, path: string, body?: unknown, signal?:
     body: body === undefined ? undefined : JSON.stringify(body),
     signal,
   });
+  if (res.ok && res.headers.get("Content-Type")?.startsWith("application/zip")) return (await res.blob()) as T;
   const text = await res.text();
   let data: unknown = null;
   try {
@@ -119,6 +120,8 @@ export const api = {
   sweep: (plan: Plan, signal?: AbortSignal, sp_sizes?: number[], seq_lens?: number[]) =>
     request<Sweep>("POST", "/api/estimate/sweep", { plan, sp_sizes, seq_lens }, signal),
   exportPlan: (plan: Plan) => request<Export>("POST", "/api/estimate/export", plan),
+  /** every exported file for every node, in one zip (the plan needs a run section) */
+  exportZip: (plan: Plan) => request<Blob>("POST", "/api/estimate/export.zip", plan),
   /** configurations that fit the plan's model and hardware at its seq_len (or the longest), best first */
   recommend: (plan: Plan, longest = false, signal?: AbortSignal) =>
     request<Recommend>("POST", "/api/estimate/recommend", { plan, longest }, signal),
@@ -128,12 +131,18 @@ export const api = {
   calibration: () => request<Calibration>("GET", "/api/calibration"),
   workers: () => request<WorkerInfo[]>("GET", "/api/workers"),
   createPlan: (plan: Plan, name?: string) => request<StoredPlan>("POST", "/api/plans", { ...plan, name }),
+  plans: () => request<StoredPlan[]>("GET", "/api/plans"),
   planDefaults: () => request<PlanDefaults>("GET", "/api/plans/defaults"),
   importPlan: (body: PlanImport) => request<PlanImported>("POST", "/api/plans/import", body),
   plan: (id: number) => request<StoredPlan>("GET", `/api/plans/${id}`),
   probePlan: (id: number, body?: { depths?: number[]; steps?: number }) => request<Run>("POST", `/api/plans/${id}/probe`, body ?? {}),
+  /** the plan with every default filled in; a 422 names each broken field (unknown keys, presets and GPUs too) */
+  effectivePlan: (plan: unknown) => request<Plan>("POST", "/api/plans/effective", plan),
   createRun: (plan_id: number, run: RunSection, name?: string, extra?: { priority?: number; max_retries?: number }) =>
     request<Run>("POST", "/api/runs", { plan_id, name, run, ...extra }),
+  /** the plan and its run in one request: the plan is stored only when the run is created */
+  submitRun: (plan: Plan, run: RunSection, name?: string, extra?: { priority?: number; max_retries?: number }) =>
+    request<Run>("POST", "/api/runs", { plan, name, run, ...extra }),
   runs: (state?: string, q?: string) => {
     const p = new URLSearchParams();
     if (state) p.set("state", state);
@@ -154,7 +163,9 @@ export const api = {
   /** the next attempt of the same run, resuming from its last checkpoint (approvers) */
   retry: (id: number) => request<Run>("POST", `/api/runs/${id}/retry`),
   /** "resume from here": the next attempt resumes from this checkpoint; newer ones are moved aside (approvers) */
-  retryFrom: (id: number, checkpoint: string) => request<Run>("POST", `/api/runs/${id}/retry`, { from_checkpoint: checkpoint }),
+  /** "resume from here", optionally at another learning rate or schedule (the run's timeline records it) */
+  retryFrom: (id: number, checkpoint: string, change?: { learning_rate?: number; lr_scheduler?: string }) =>
+    request<Run>("POST", `/api/runs/${id}/retry`, { from_checkpoint: checkpoint, ...change }),
   /** the end of the trainer log: all of it, one rank's lines or the launcher's, only lines containing `q` */
   log: (id: number, lines = 200, filter: LogFilter = {}) =>
     request<{ lines: string[]; ranks: number }>("GET", `/api/runs/${id}/log?${logParams(filter, lines)}`),

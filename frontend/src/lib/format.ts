@@ -8,9 +8,35 @@ export function fmtNum(v: number | null | undefined, digits = 1): string {
   return v.toFixed(digits);
 }
 
+/** Memory in the largest binary unit under which it is at least 1: 2.7 MiB, not "0.0027 GiB". */
 export function fmtGiB(v: number | null | undefined): string {
   if (v === null || v === undefined) return "–";
-  return `${Math.abs(v) < 1 && v !== 0 ? v.toPrecision(2) : v.toFixed(1)} GiB`;
+  const a = Math.abs(v);
+  if (a === 0 || a >= 1) return `${v.toFixed(1)} GiB`;
+  if (a >= 1 / 1024) return `${(v * 1024).toPrecision(2)} MiB`;
+  return `${(v * 1024 * 1024).toPrecision(2)} KiB`;
+}
+
+/** A measured value (a loss, a grad norm) at 4 significant digits, with thousands grouped: "7,692", "6.234",
+ * "0.0123", and scientific only below 1e-4. Never "7.6919k". */
+export function fmtValue(v: number | null | undefined): string {
+  if (v === null || v === undefined || Number.isNaN(v)) return "–";
+  const a = Math.abs(v);
+  if (a >= 1000) return Math.round(v).toLocaleString("en-US");
+  if (a !== 0 && a < 1e-4) return v.toExponential(2);
+  return String(Number(v.toPrecision(4)));
+}
+
+/** A duration in seconds in a unit people read: "2.81 ms", "450 µs", "1.25 s", "3 min 20 s". */
+export function fmtSeconds(v: number | null | undefined): string {
+  if (v === null || v === undefined || Number.isNaN(v)) return "–";
+  const a = Math.abs(v);
+  if (a === 0) return "0 s";
+  if (a < 1e-3) return `${Number((v * 1e6).toPrecision(3))} µs`;
+  if (a < 1) return `${Number((v * 1e3).toPrecision(3))} ms`;
+  if (a < 120) return `${Number(v.toPrecision(3))} s`;
+  if (a < 7200) return `${Math.floor(v / 60)} min ${Math.round(v % 60)} s`;
+  return `${Math.floor(v / 3600)} h ${Math.round((v % 3600) / 60)} min`;
 }
 
 /** Axis tick labels: short, and still distinct for small values (lr ~ 1e-4). */

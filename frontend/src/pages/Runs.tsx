@@ -1,10 +1,10 @@
 import { useCallback, useEffect, useMemo, useRef, useState } from "react";
 import { RunActions, StateBadge } from "../components/RunActions";
 import { api, gpuName, TERMINAL, type Run, type RunState } from "../lib/api";
-import { fmtDuration, fmtNum, fmtSeq, fmtTime, parseTime } from "../lib/format";
+import { fmtDuration, fmtNum, fmtSeq, fmtTime, fmtValue, parseTime } from "../lib/format";
 import { navigate } from "../lib/route";
 
-const STATES: RunState[] = ["pending_approval", "queued", "starting", "running", "succeeded", "failed", "oom", "cancelled", "lost"];
+const STATES: RunState[] = ["pending_approval", "queued", "starting", "running", "succeeded", "failed", "oom", "cancelled", "lost", "stopped"];
 
 type Col = { key: string; label: string; value: (r: Run) => number | string; cls?: string };
 
@@ -160,7 +160,7 @@ export function Runs() {
                   </div>
                   <span className="muted small">{r.last_step ?? 0}/{steps || "?"}</span>
                 </td>
-                <td className="opt" data-testid={`run-loss-${r.id}`}>{r.final_loss != null ? fmtNum(r.final_loss, 4) : "–"}</td>
+                <td className="opt" data-testid={`run-loss-${r.id}`}>{r.final_loss != null ? fmtValue(r.final_loss) : "–"}</td>
                 <td className="opt2" data-testid={`run-tps-${r.id}`} title="last measured; ≈ = the planner's prediction">{tokensLabel(r)}</td>
                 <td className="opt2">{fmtTime(r.started_at)}</td>
                 <td className="opt">{fmtDuration(r.started_at, r.finished_at)}</td>

@@ -1,5 +1,5 @@
 import { useState } from "react";
-import type { Plan, PlanDefaults } from "../../lib/api";
+import { api, ApiError, type Plan, type PlanDefaults } from "../../lib/api";
 import { planToForm, TINY_EXAMPLE, type Loaded } from "./form";
 
 /** Start from an example or a pasted plan JSON (plan-v1, optionally with a `run` section); show the current one. */
@@ -14,6 +14,21 @@ export function LoadPlan({ plan, onLoad, defaults }: { plan: Plan | null; onLoad
       setError((e as Error).message);
     }
   };
+  /** A pasted plan is read as the API and the CLI read it: a misspelt key, an unknown preset or GPU is refused with
+   * the API's error and its hint (never dropped, nor shown as another valid value); a plan that only breaks a rule
+   * (sp_size vs heads, ...) loads, so the form can fix it. */
+  const loadChecked = async (obj: unknown) => {
+    try {
+      await api.effectivePlan(obj);
+    } catch (e) {
+      if (!(e instanceof ApiError)) return setError(String(e));
+      const unknown = e.fields.filter((f) => /^unknown /.test(f.message) || e.status !== 422);
+      if (unknown.length > 0 || e.fields.length === 0) {
+        return setError((unknown.length ? unknown : e.fields).map((f) => (f.field ? `${f.field}: ${f.message}` : f.message)).join("; ") || e.message);
+      }
+    }
+    load(obj);
+  };
   return (
     <details className="card load-plan" data-testid="load-plan">
       <summary>Examples and plan JSON</summary>
@@ -25,7 +40,7 @@ export function LoadPlan({ plan, onLoad, defaults }: { plan: Plan | null; onLoad
         placeholder='{"model": {"preset": "Qwen/Qwen3-4B"}, "hardware": {...}, "parallel": {...}, "training": {...}}' />
       <button type="button" data-testid="load-plan-json" disabled={!text.trim()} onClick={() => {
         try {
-          load(JSON.parse(text));
+          void loadChecked(JSON.parse(text));
         } catch (e) {
           setError(`not JSON: ${(e as Error).message}`);
         }

@@ -156,7 +156,7 @@ function PlannerPage({ defaults, initial }: { defaults: PlanDefaults; initial: L
               setForm({ ...form, sp_size: String(sp), dp_size: String(dp), seq_len: fmtSeqInput(seq), autoDp: true });
             }} />
         ) : null}
-        <ExportButtons plan={valid ? built.plan : null} />
+        <ExportButtons plan={valid ? built.plan : null} defaults={defaults.defaults.run} />
         <ProbePanel plan={valid ? built.plan : null} valid={valid} />
         <SubmitRun key={run.key} plan={built.plan} valid={valid} initial={run.run} defaults={defaults.defaults.run}
           schedulers={(defaults.choices["run.lr_scheduler"] ?? []).map(String)} />

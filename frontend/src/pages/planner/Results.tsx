@@ -1,5 +1,5 @@
 import type { Estimate } from "../../lib/api";
-import { fmtGiB, fmtNum } from "../../lib/format";
+import { fmtGiB, fmtNum, fmtSeconds } from "../../lib/format";
 import { rangeText, verdictBadge, verdictWords } from "../../lib/verdict";
 
 const COLORS: Record<string, string> = {
@@ -92,13 +92,13 @@ export function ThroughputFigures({ est }: { est: Estimate }) {
         <Figure label="tokens/s per GPU" value={fmtNum(t.tokens_per_s_per_gpu)} testid="est-tokens-per-s-per-gpu" />
         <Figure label="TFLOPS / GPU" value={fmtNum(t.tflops_per_gpu)} testid="est-tflops" />
         <Figure label="MFU" value={`${(100 * t.mfu).toFixed(1)}%`} testid="est-mfu" />
-        <Figure label="step time" value={`${fmtNum(t.step_time_s, 2)} s`} testid="est-step-time" />
+        <Figure label="step time" value={fmtSeconds(t.step_time_s)} testid="est-step-time" />
         <Figure label="step time range" value={`${rangeText(t.step_time_s_range, (v) => fmtNum(v, 2))} s`} testid="est-step-time-range" />
       </div>
       {t.time_breakdown_s ? (
         <ul className="legend small">
           {Object.entries(t.time_breakdown_s).map(([k, v]) => (
-            <li key={k}>{k.replace(/_/g, " ")} <b>{fmtNum(v, 2)} s</b></li>
+            <li key={k}>{k.replace(/_/g, " ")} <b>{fmtSeconds(v)}</b></li>
           ))}
         </ul>
       ) : null}

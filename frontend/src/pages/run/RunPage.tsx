@@ -2,13 +2,23 @@ import { useEffect, useMemo, useRef, useState } from "react";
 import { RunActions, StateBadge } from "../../components/RunActions";
 import { api, gpuName, type Fix, type Plan, type Run, type RunEvent } from "../../lib/api";
 import { can, useAuth } from "../../lib/auth";
-import { fmtDuration, fmtGiB, fmtNum, fmtSeq, fmtTime } from "../../lib/format";
+import { fmtDuration, fmtGiB, fmtNum, fmtSeconds, fmtSeq, fmtTime } from "../../lib/format";
 import { rangeText, verdictBadge, verdictWords } from "../../lib/verdict";
 import { navigate } from "../../lib/route";
 import { FixView } from "../planner/Advice";
 import { LOAD_KEY } from "../planner/form";
 import { RunCharts } from "./RunCharts";
-import { useRunData } from "./useRunData";
+import { useRunData, type Store } from "./useRunData";
+
+/** Seconds left: the steps to go times the median of the last ETA_WINDOW measured step times (rank 0), so one slow
+ * step (a checkpoint save) does not swing it. */
+const ETA_WINDOW = 20;
+export function etaSeconds(store: Store, stepsLeft: number): number | null {
+  const times = store.get("step_time_s")?.get(0);
+  if (!times || times.size === 0 || stepsLeft <= 0) return null;
+  const recent = [...times.entries()].sort((a, b) => a[0] - b[0]).slice(-ETA_WINDOW).map(([, v]) => v).sort((a, b) => a - b);
+  return stepsLeft * recent[Math.floor(recent.length / 2)];
+}
 
 function modelName(run: Run): string {
   const m = run.spec?.model;
@@ -25,16 +35,21 @@ function Checkpoints({ run, onChange }: { run: Run; onChange: (r: Run) => void }
   const [rows, setRows] = useState<{ stage: string; step: number; bytes: number; saved_at: string; complete?: boolean }[] | null>(null);
   const [asking, setAsking] = useState<string | null>(null);
   const [error, setError] = useState("");
+  const section = (run.spec?.run ?? {}) as { learning_rate?: number; lr_scheduler?: string };
+  const [lr, setLr] = useState(String(section.learning_rate ?? ""));
+  const [schedule, setSchedule] = useState(String(section.lr_scheduler ?? "constant"));
   useEffect(() => {
     api.checkpoints(run.id).then(setRows).catch(() => setRows([]));
   }, [run.id, run.state, run.last_step]);
   if (!rows || rows.length === 0) return null;
-  const retryable = ["failed", "oom", "lost", "cancelled"].includes(run.state) && Boolean(run.approved_at) &&
+  const retryable = ["failed", "oom", "lost", "cancelled", "stopped"].includes(run.state) && Boolean(run.approved_at) &&
     can(identity, "approve");
   const resume = async (ref: string) => {
     setError("");
     try {
-      onChange(await api.retryFrom(run.id, ref));
+      const rate = Number(lr);
+      if (!(rate > 0)) throw new Error(`learning rate: ${JSON.stringify(lr)} is not a positive number`);
+      onChange(await api.retryFrom(run.id, ref, { learning_rate: rate, lr_scheduler: schedule }));
       setAsking(null);
     } catch (e) {
       setError((e as Error).message);
@@ -60,6 +75,12 @@ function Checkpoints({ run, onChange }: { run: Run; onChange: (r: Run) => void }
                   {asking === ref ? (
                     <span className="confirm" data-testid={`resume-confirm-${c.stage}-${c.step}`}>
                       A new attempt resumes from step {c.step}; newer checkpoints are moved aside.
+                      <label className="field inline"><span className="field-label">learning rate</span>
+                        <input data-testid="resume-lr" value={lr} onChange={(e) => setLr(e.target.value)} /></label>
+                      <label className="field inline"><span className="field-label">schedule</span>
+                        <select data-testid="resume-lr_scheduler" value={schedule} onChange={(e) => setSchedule(e.target.value)}>
+                          {["constant", "linear", "cosine"].map((v) => <option key={v}>{v}</option>)}
+                        </select></label>
                       <button type="button" className="primary" data-testid={`resume-yes-${c.stage}-${c.step}`} onClick={() => resume(ref)}>Resume</button>
                       <button type="button" onClick={() => setAsking(null)}>Keep as is</button>
                     </span>
@@ -78,7 +99,7 @@ function Checkpoints({ run, onChange }: { run: Run; onChange: (r: Run) => void }
 
 const EVENT_LABEL: Record<string, string> = {
   submitted: "submitted", approved: "approved", attempt_started: "attempt started", attempt_ended: "attempt ended",
-  alert: "alert",
+  alert: "alert", changed: "changed",
 };
 
 /** What happened to the run, oldest first (GET /api/runs/{id}/events): read again when its state or alerts change. */
@@ -135,7 +156,7 @@ function Labels({ run, onChange }: { run: Run; onChange: (r: Run) => void }) {
   );
 }
 
-function Header({ run, live, lastPointAt, onChange }: { run: Run; live: string; lastPointAt: number | null; onChange: (r: Run) => void }) {
+function Header({ run, live, lastPointAt, onChange, store }: { run: Run; live: string; lastPointAt: number | null; onChange: (r: Run) => void; store: Store }) {
   const [, tick] = useState(0);
   useEffect(() => {
     const t = window.setInterval(() => tick((n) => n + 1), 1000);
@@ -177,6 +198,9 @@ function Header({ run, live, lastPointAt, onChange }: { run: Run; live: string; 
         <span>sp × dp <b>{s.parallel?.sp_size} × {s.parallel?.dp_size}</b></span>
         <span>ZeRO <b>{s.training?.zero_stage}</b></span>
         <span>progress <b data-testid="run-progress">{run.last_step ?? 0} / {steps ?? "?"}</b></span>
+        {run.state === "running" && steps ? (
+          <span>ETA <b data-testid="run-eta">{fmtSeconds(etaSeconds(store, steps - (run.last_step ?? 0)))}</b></span>
+        ) : null}
         {run.device === "cpu" ? null : (<>
           <span data-testid="run-predicted">predicted peak <b>{fmtGiB(mem?.peak_allocated_gib)}</b>
             {mem?.peak_allocated_gib_range ? <span className="muted"> ({rangeText(mem.peak_allocated_gib_range, (v) => v.toFixed(1))} GiB)</span> : null}
@@ -204,9 +228,11 @@ function Header({ run, live, lastPointAt, onChange }: { run: Run; live: string; 
           </span>
         ) : null}
         <span>heartbeat {fmtTime(run.heartbeat_at)}</span>
-        <span data-testid="live-status" data-live={live}>
-          stream {live}{lastPointAt ? `, last point ${Math.round((Date.now() - lastPointAt) / 1000)}s ago` : ""}
-        </span>
+        {TERMINAL_STATES.includes(run.state) ? null : (
+          <span data-testid="live-status" data-live={live}>
+            stream {live}{lastPointAt ? `, last point ${Math.round((Date.now() - lastPointAt) / 1000)}s ago` : ""}
+          </span>
+        )}
       </div>
       {steps ? (
         <div className="progress"><div style={{ width: `${Math.min(100, (100 * (run.last_step ?? 0)) / steps)}%` }} /></div>
@@ -215,7 +241,7 @@ function Header({ run, live, lastPointAt, onChange }: { run: Run; live: string; 
   );
 }
 
-const TERMINAL_STATES = ["succeeded", "failed", "oom", "cancelled", "lost"];
+const TERMINAL_STATES = ["succeeded", "failed", "oom", "cancelled", "lost", "stopped"];
 
 /** The trainer log: every line, one rank's (torchrun tags each with [rankN]:) or the launcher's, searched, and
  * downloaded whole. Polled while the run is active. */
@@ -293,7 +319,7 @@ export function RunPage({ id }: { id: number }) {
   const failed = ["failed", "oom", "lost"].includes(run.state);
   return (
     <div className="run-page" data-testid="run-page" data-run-id={run.id}>
-      <Header run={run} live={live} lastPointAt={lastPointAt} onChange={setRun} />
+      <Header run={run} live={live} lastPointAt={lastPointAt} onChange={setRun} store={store} />
       <Labels key={run.id} run={run} onChange={setRun} />
       <Timeline run={run} />
       <Checkpoints run={run} onChange={setRun} />
@@ -323,6 +349,11 @@ export function RunPage({ id }: { id: number }) {
           </table>
         </div>
       ) : null}
+      <div className="buttons" data-testid="metrics-export">
+        <span className="muted small">every stored point (step, rank, name, value, wall time):</span>
+        <a className="button" href={`/api/runs/${run.id}/metrics.csv`} download data-testid="download-metrics-csv">Download CSV</a>
+        <a className="button" href={`/api/runs/${run.id}/metrics.parquet`} download data-testid="download-metrics-parquet">Download Parquet</a>
+      </div>
       <RunCharts run={run} store={store} version={version} zoom={zoom} setZoom={setZoom} />
       <LogView run={run} />
       <details className="card">

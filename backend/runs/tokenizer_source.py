@@ -1,0 +1,47 @@
+"""Where a run's tokenizer comes from, checked before any GPU is taken (approve, retry; one check of the approval
+gate). The trainer loads it with `AutoTokenizer.from_pretrained(run.tokenizer or run.model_path)`
+(worker/trainer/data.py). A checkpoint directory without tokenizer files loads as an empty tokenizer, and the run
+then fails blaming its data ("holds 1 tokens"), so the files are checked here, naming the field to change.
+
+Runs after model_source.resolve: `run.model_path` is then a checked directory or a cached hub id."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from backend.api.errors import UserError
+from backend.core.settings import Settings
+from backend.runs.guard import HUB_ID, resolve_allowed
+from backend.runs.model_source import local_candidate
+from plan.model import TOKENIZER_FILES
+
+
+def has_tokenizer(source: str) -> bool:
+    """Whether a directory, or a hub id in Transformers' cache, holds a tokenizer's files."""
+    if os.path.isdir(source):
+        return any((Path(source) / name).is_file() for name in TOKENIZER_FILES)
+    from huggingface_hub import try_to_load_from_cache
+
+    return any(isinstance(try_to_load_from_cache(source, name), str) for name in TOKENIZER_FILES)
+
+
+def check_tokenizer(spec: dict, settings: Settings) -> dict:
+    """422 naming `run.tokenizer` (or `run.model_path` when the tokenizer is the checkpoint's) when the trainer would
+    find no tokenizer; a local `run.tokenizer` is rewritten to its checked absolute path. A run with random weights
+    and no `run.tokenizer` uses the built-in byte tokenizer: nothing to check. Answers the spec."""
+    run = spec["run"]
+    given = run.get("tokenizer")
+    if given:
+        directory = local_candidate(given, settings)  # looked up as run.model_path is: here, then the models root
+        if directory is not None or not HUB_ID.match(given):
+            run["tokenizer"] = resolve_allowed(str(directory or given), "run.tokenizer", settings)
+        if not has_tokenizer(run["tokenizer"]):
+            raise UserError(422, "run.tokenizer", f"{given} holds no tokenizer (none of {', '.join(TOKENIZER_FILES)}"
+                                                  "; a hub id must be downloaded)")
+        return spec
+    model_path = run.get("model_path")
+    if model_path and not has_tokenizer(model_path):
+        raise UserError(422, "run.model_path", f"{model_path} holds no tokenizer files (none of "
+                                               f"{', '.join(TOKENIZER_FILES)}): save the tokenizer beside the weights "
+                                               "(tokenizer.save_pretrained), or name one in run.tokenizer")
+    return spec
