@@ -428,7 +428,7 @@ def exports(data: Any) -> dict:
 
 def attention_that_runs(plan: Plan, cuda: bool, installed: list[str] | None = None) -> dict:
     """Which attention kernel a run of this plan actually runs on a machine: the plan's on CUDA when that machine
-    has it (`installed`: worker/capabilities.py's list; None: not known), sdpa on CPU ranks; None when the run would
+    has it (`installed`: capabilities.py; None: not known), sdpa on CPU ranks; None when the run would
     fail at model load (a flash kernel that is not installed)."""
     asked = plan.training.attn_implementation
     runs = effective_attn(plan, cuda)

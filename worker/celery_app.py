@@ -50,12 +50,12 @@ def start_worker(gpu_type: str | None, gpus: int, loglevel: str = "info") -> Non
 
 @worker_ready.connect
 def report_capabilities(sender=None, **_) -> None:
-    """At start: this worker's library versions, attention kernels and GPU model (worker/capabilities.py), shown at
+    """At start: this worker's library versions, attention kernels and GPU model (trainer/capabilities.py), shown at
     GET /api/workers and checked when a run of its queue is approved. A failure to report is logged, not fatal."""
     try:
         from backend.core.db import session_scope
         from backend.workers import service
-        from worker.capabilities import capabilities
+        from worker.trainer.capabilities import capabilities
 
         queues = sorted(q.name for q in sender.task_consumer.queues)
         with session_scope() as s:

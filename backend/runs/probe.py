@@ -56,11 +56,12 @@ def submit_probe(session: Session, plan_id: int, body: ProbeRequest, by: Princip
                                                  f"start one (ulab worker --gpu-type {gpu_name(spec)}) and probe "
                                                  "again")
     run = Run(name=f"probe of {stored.name or f'plan {stored.id}'}", plan_id=stored.id, kind="probe",
-              state=RunState.PENDING_APPROVAL.value, attempt=1,
+              attempt=1,
               spec=plan.effective(), probe_request={"depths": depths, "steps": body.steps},
               estimate=stored.estimate, submitted_by=by.token_id, executor=executor,
               steps=0)  # its depths' steps ship no metrics, so transitions.finish looks for none
     session.add(run)
+    session.flush()  # the row's default state (pending_approval) is set; transitions moves it from there
     transitions.approve(run, by.token_id, forced=False)
     session.commit()
     enqueue(run)

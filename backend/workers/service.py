@@ -15,7 +15,7 @@ from backend.workers.models import Worker
 
 
 def report(session: Session, name: str, queues: list[str], caps: dict) -> Worker:
-    """A worker's report at start (worker/capabilities.py): replaces what the same worker said before."""
+    """A worker's report at start (worker/trainer/capabilities.py): replaces what the same worker said before."""
     w = session.scalar(select(Worker).where(Worker.name == name)) or Worker(name=name)
     w.queues, w.started_at, w.stopped_at = sorted(queues), now(), None
     w.gpu_model, w.gpu_count = caps.get("gpu_model"), int(caps.get("gpu_count") or 0)

@@ -41,6 +41,7 @@ ACCESS: dict[tuple[str, str], Permission | None] = {
     ("GET", "/api/plans"): P.READ,
     ("GET", "/api/plans/{plan_id}"): P.READ,
     ("POST", "/api/plans/{plan_id}/probe"): P.SUBMIT,
+    ("GET", "/api/workers"): P.READ,
     ("POST", "/api/runs"): P.SUBMIT,
     ("GET", "/api/runs"): P.READ,
     ("GET", "/api/runs/{run_id}"): P.READ,

@@ -1,4 +1,4 @@
-"""Workers say what they can run (worker/capabilities.py -> backend/workers): GET /api/workers lists it, and approval
+"""Workers say what they can run (trainer/capabilities.py -> backend/workers): GET /api/workers lists it, and approval
 refuses a plan whose attention kernel or Liger no running worker of its queue has, naming the field."""
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def test_this_machines_capabilities_are_read_from_what_is_installed():
     import torch
     import transformers
 
-    from worker.capabilities import capabilities
+    from worker.trainer.capabilities import capabilities
 
     caps = capabilities()
     assert caps["versions"]["torch"] == torch.__version__

@@ -74,7 +74,7 @@ def test_same_flow_on_embedded_defaults(tmp_path, corpus):
 
 
 def test_the_worker_reported_what_it_can_run(api, trained_run):
-    """At start the Celery worker reported its versions, kernels and GPU (none here) (worker/capabilities.py); it
+    """At start the Celery worker reported its versions, kernels and GPU (none here); worker/trainer/capabilities.py; it
     trained a run since, so it has started."""
     import torch
 

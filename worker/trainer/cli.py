@@ -119,7 +119,7 @@ def run_dry(plan_path: Path) -> int:
     except PlanError as e:
         _say(f"error: {e}")
         return EXIT_BAD_INPUT
-    from worker.capabilities import capabilities
+    from worker.trainer.capabilities import capabilities
 
     print(json.dumps(dry_run(spec.spec, cuda=torch.cuda.is_available(),
                              installed=capabilities()["attn_implementations"]), indent=1))

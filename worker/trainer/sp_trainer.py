@@ -36,7 +36,8 @@ class PackedRows(Dataset):
         self.layout = {"sp": sp, "dp": dp, "grad_accum": grad_accum, "micro_batch": micro_batch}
         self.per_step = micro_batch * grad_accum * dp
         # target tokens of each row after the causal shift (what every rank's shift_labels count adds up to)
-        self.targets = (self.rows["labels"][:, 1:] != -100).sum(dim=1).tolist() if "labels" in self.rows else None
+        labels = self.rows.get("labels")
+        self.targets = None if labels is None else [int(n) for n in (labels[:, 1:] != -100).sum(axis=1).tolist()]
 
     def step_targets(self, k: int) -> int:
         """N of the dataset's k-th optimizer step: the target tokens of the rows it trains (data.step_row: step k
