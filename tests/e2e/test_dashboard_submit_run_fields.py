@@ -93,7 +93,9 @@ def test_the_form_is_as_strict_as_the_cli(api_server, api):
                            (unknown_gpu, "hardware.gpu: unknown GPU 'H900'; known GPUs: A100-40GB")):
             page.fill("[data-testid=plan-json]", json.dumps(plan))
             page.click("[data-testid=load-plan-json]")
-            page.locator("[data-testid=load-plan-error]").wait_for(timeout=10_000)
+            # the previous plan's error is still shown until this plan's answer replaces it: wait for this one's
+            page.wait_for_function("said => document.querySelector('[data-testid=load-plan-error]')"
+                                   "?.innerText.includes(said)", arg=said, timeout=10_000)
             assert said in page.inner_text("[data-testid=load-plan-error]")
         assert page.input_value("[data-testid=input-gpus_per_node]") != "2"  # the refused plan was not loaded
         screenshot(page, "dashboard-load-plan-refused")
