@@ -107,7 +107,10 @@ function Timeline({ run }: { run: Run }) {
   const [events, setEvents] = useState<RunEvent[] | null>(null);
   const alerts = (run.alerts ?? []).length;
   useEffect(() => {
-    api.events(run.id).then(setEvents).catch(() => setEvents([]));
+    // a read started before the latest change (an alert, then the end) may answer after it: only the newest counts
+    let current = true;
+    api.events(run.id).then((e) => current && setEvents(e)).catch(() => current && setEvents([]));
+    return () => { current = false; };
   }, [run.id, run.state, run.attempt, alerts]);
   if (!events || events.length === 0) return null;
   return (
