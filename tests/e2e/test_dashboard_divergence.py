@@ -12,9 +12,9 @@ from tests.e2e.test_dashboard_runs import _fill_tiny_plan
 from tests.tiny import wait_for
 
 pytestmark = pytest.mark.slow
-# The alert fires at step 3; the stop lands a ship + heartbeat later (~36 tiny CPU steps, 2-3 s, on an idle machine);
-# the resume trains on to the end.
-STEPS = 200
+# The alert fires at step 3; the stop lands a ship + heartbeat later (8 to ~39 tiny CPU steps, 2-3 s, loaded or idle
+# machine); the resume trains on to the end.
+STEPS = 60
 VALID = "document.querySelector('[data-testid=planner-results]')?.dataset.state === 'valid'"
 
 
@@ -74,7 +74,10 @@ def test_a_run_at_lr_10_stops_itself_and_a_resume_at_1e_3_trains_on(stack, api, 
         # it trains on to the end, with no alert of its own, at the new learning rate
         run = wait_for(api, run_id, {"succeeded"}, timeout_s=300)
         assert run["attempt"] == 2 and run["last_step"] == STEPS
-        assert [a for a in run["alerts"] if a["attempt"] == 2] == [], run["alerts"]
+        # the stop rules re-armed on attempt 2's own steps: a reference kept from attempt 1 would fire at once;
+        # a model that trained at lr=10 may still spike its grad norm once (an alert that stops nothing by default)
+        assert [a for a in run["alerts"] if a["attempt"] == 2 and a["stopped"]] == [], run["alerts"]
+        assert not [a for a in run["alerts"] if a["attempt"] == 2 and a["kind"] in ("loss_diverged", "loss_nan")]
         lr = api.get(f"/api/runs/{run_id}/metrics", params={"name": "lr", "start": ck["step"] + 1}).json()
         assert lr["series"] and all(abs(v - 1e-3) < 1e-9 for v in lr["series"][0]["last"]), lr
         page.reload()
