@@ -23,6 +23,10 @@ GIB = 2 ** 30
 # variance = K = 12 bytes per parameter (8 when training in fp32, where the master copy is the parameter itself).
 ADAM_BYTES_MIXED = 12
 ADAM_BYTES_FP32 = 8
+# bf16 master weights and moments (`training.bf16_optimizer_states`: DeepSpeed's bf16.bf16_master_weights_and_grads +
+# bf16_optimizer_states, runtime/base_optimizer.py `_configure_master_weights` returns torch.bfloat16 as the master
+# dtype): the master copy (2) and both moments (2 + 2) in bf16 -> 6 bytes per parameter; master gradients 2 bytes.
+ADAM_BYTES_BF16_STATES = 6
 # DeepSpeed defaults (deepspeed/runtime/zero/config.py): stage3_max_live_parameters = 1e9, sub_group_size = 1e9.
 MAX_LIVE_PARAMETERS = 1e9
 SUB_GROUP_SIZE = 1e9
@@ -107,10 +111,13 @@ def eager_scores_bytes(m, sp: int, B: int, S: int, b: int) -> int:
     return b * (m.num_attention_heads // sp) * S * S * (4 + B)
 
 
-def adam_bytes(stage: int, B: int) -> int:
+def adam_bytes(stage: int, B: int, bf16_states: bool = False) -> int:
     """Optimizer bytes per parameter. ZeRO-1/2 always clone an fp32 master partition (stage_1_and_2.py
     `single_partition_of_fp32_groups`), even for fp32 models; ZeRO-3 reuses an fp32 partition as the master
-    (stage3.py `_create_fp32_partitions`), and without ZeRO a torch optimizer updates fp32 params in place."""
+    (stage3.py `_create_fp32_partitions`), and without ZeRO a torch optimizer updates fp32 params in place.
+    With `bf16_optimizer_states` the master partition and the moments are bf16 (ADAM_BYTES_BF16_STATES)."""
+    if bf16_states:
+        return ADAM_BYTES_BF16_STATES
     if B == 4 and stage in (0, 3):
         return ADAM_BYTES_FP32
     return ADAM_BYTES_MIXED
@@ -132,14 +139,22 @@ def state_terms(spec) -> dict:
         grads = 0.0
     # fp32 gradient buffer ZeRO-3 keeps on the GPU when the optimizer is not offloaded
     # (stage3.py initialize_optimizer_states: gradient_buffer of the largest sub group, sub_group_size=1e9).
-    fp32_grad_buffer = 4 * min(psi / N, SUB_GROUP_SIZE) if (z == 3 and not spec.offload_optimizer and B < 4) else 0.0
-    opt_per_param = adam_bytes(z, B)
+    # (in the master dtype: bf16 with bf16_optimizer_states)
+    master = master_grad_bytes(spec)
+    on_gpu = z == 3 and not spec.offload_optimizer and B < 4
+    fp32_grad_buffer = master * min(psi / N, SUB_GROUP_SIZE) if on_gpu else 0.0
+    opt_per_param = adam_bytes(z, B, spec.bf16_optimizer_states)
     optimizer = 0.0 if spec.offload_optimizer else opt_per_param * psi / (N if z >= 1 else 1)
     # ZeRO-1/2 create the fp32 gradient partition at the step (stage_1_and_2.py: single_partition_of_fp32_groups
     # .grad), transient and only on the GPU when the optimizer is on the GPU.
-    step_fp32_grads = 4 * psi / N if (z in (1, 2) and not spec.offload_optimizer) else 0.0
+    step_fp32_grads = master * psi / N if (z in (1, 2) and not spec.offload_optimizer) else 0.0
     return {"params": params, "grads": grads + fp32_grad_buffer, "optimizer": optimizer,
             "step_fp32_grads": step_fp32_grads}
+
+
+def master_grad_bytes(spec) -> int:
+    """Bytes per element of the master gradients the optimizer reads: fp32, or bf16 with bf16_optimizer_states."""
+    return 2 if spec.bf16_optimizer_states else 4
 
 
 def grad_comm_bytes(spec) -> int:
@@ -310,10 +325,16 @@ def cpu_terms(spec, checkpoint_bytes: float) -> dict:
     per_rank = {"optimizer": 0.0, "grads": 0.0, "params": 0.0, "checkpoints": checkpoint_bytes,
                 "process": HOST_BYTES_PER_RANK}
     if spec.offload_optimizer:
-        # offload keeps a fresh fp32 master copy on the host
-        per_rank["optimizer"] = (ADAM_BYTES_MIXED if z == 3 else adam_bytes(z, B)) * psi_rank
-        # fp32 gradient partition the CPU optimizer reads (+ ZeRO-3's low-precision accumulation buffer on CPU)
-        per_rank["grads"] = 4 * psi_rank + (B * psi_rank if z == 3 else 0)
+        # offload keeps a fresh master copy on the host (fp32, or bf16 with bf16_optimizer_states)
+        states = ADAM_BYTES_BF16_STATES if spec.bf16_optimizer_states else (
+            ADAM_BYTES_MIXED if z == 3 else adam_bytes(z, B))
+        # + the step's copy back: a blocking fp32 -> bf16 copy to the GPU converts on the CPU into a pageable
+        # temporary of one sub group (aten/src/ATen/native/cuda/Copy.cu copy_kernel_cuda; stage3.py
+        # _reassign_or_swap_out_partitioned_parameters; sub_group_size 1e9)
+        convert = B * min(psi_rank, SUB_GROUP_SIZE) if not spec.bf16_optimizer_states else 0.0
+        per_rank["optimizer"] = states * psi_rank + convert
+        # master gradient partition the CPU optimizer reads (+ ZeRO-3's low-precision accumulation buffer on CPU)
+        per_rank["grads"] = master_grad_bytes(spec) * psi_rank + (B * psi_rank if z == 3 else 0)
     if spec.offload_params:
         per_rank["params"] = B * m.total_params / N
     r = spec.ranks_per_node

@@ -78,6 +78,10 @@ class Hardware(Section):
     num_nodes: int = Field(1, ge=1, le=4096)
     cpu_memory_gib_per_node: float = Field(1024.0, gt=0, le=1_000_000,
                                            description="Host memory per node, for offloaded states and checkpoints")
+    cpu_cores_per_node: int | None = Field(None, ge=1, le=1_000_000,
+                                           description="CPU cores per node, shared by its ranks for the offloaded "
+                                                       "optimizer step; absent: one core per rank (torchrun's "
+                                                       "OMP_NUM_THREADS=1)")
 
 
 class Parallel(Section):
@@ -112,6 +116,10 @@ class Training(Section):
     document_len: int | None = Field(None, ge=1, le=1 << 30, description="Mean tokens per packed document; absent: "
                                                                          "every sequence is one document")
     expandable_segments: bool = Field(False, description="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+    bf16_optimizer_states: bool = Field(False, description="Master weights, gradients and Adam moments in bf16 "
+                                                           "(DeepSpeed's bf16.bf16_master_weights_and_grads and "
+                                                           "bf16_optimizer_states; FSDP2 recipes with a bf16 model): "
+                                                           "6 bytes of optimizer state per parameter instead of 12")
 
 
 class Stage(Section):

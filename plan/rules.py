@@ -77,6 +77,11 @@ def _memory_switches(plan: Plan, errors: list[FieldError]) -> None:
         errors.append(error("training.offload_optimizer", "offload_optimizer needs zero_stage 1, 2 or 3"))
     if t.checkpoint_offload and not t.activation_checkpointing:
         errors.append(error("training.checkpoint_offload", "checkpoint_offload needs activation_checkpointing"))
+    if t.bf16_optimizer_states and t.dtype != "bf16":
+        errors.append(error("training.bf16_optimizer_states", f"bf16_optimizer_states needs dtype bf16, not {t.dtype}"))
+    if t.bf16_optimizer_states and t.zero_stage == 0:
+        errors.append(error("training.bf16_optimizer_states", "bf16_optimizer_states needs zero_stage 1, 2 or 3 "
+                                                              "(DeepSpeed keeps bf16 master weights in ZeRO only)"))
     if t.document_len is not None and t.document_len > t.seq_len:
         errors.append(error("training.document_len", f"document_len ({t.document_len}) is longer than seq_len "
                                                      f"({t.seq_len}); leave it out for one document per sequence"))

@@ -35,20 +35,59 @@ LINK_EFFICIENCY = 0.8
 # Effective pinned host<->device copy bandwidth per GPU: PCIe Gen5 x16 (H100/H200/B200) ~50 of 64 GB/s,
 # PCIe Gen4 x16 (A100) ~25 of 32 GB/s.
 PCIE_GB_PER_S = {"gen5": 50.0, "gen4": 25.0}
-# Parameters per second, per node, that the CPU optimizer step processes under optimizer offload: DeepSpeed's
-# CPU Adam (DeepSpeedCPUAdam, which DeepSpeed uses for an offloaded optimizer unless told otherwise, and which the
-# ALST recipes name). ZeRO-Offload (Ren et al., USENIX ATC 2021), Table 2: CPU-Adam updates 1B parameters in 0.22 s
-# and 10B in 2.57 s on a DGX-2's two 24-core Xeon Platinum 8168 -> about 4e9 parameters/s, bounded by the host's
-# memory bandwidth (~30 bytes per parameter streamed). The step runs once per optimizer step over every rank's fp32
-# partition on that node; the GPUs wait for it. (torch's AdamW on the CPU is ~6x slower in the same table.)
+# The optimizer step under offload is the CPU's, one sub group after another and blocking (DeepSpeed 0.19.8
+# runtime/zero/stage3.py `step`: _prepare_sub_group, unscale_and_clip_grads, _optimizer_step,
+# _reassign_or_swap_out_partitioned_parameters, _release_sub_group; stage_1_and_2.py's step does the same passes on
+# its fp32 partition). Per parameter, bytes the CPU streams through memory:
+# - unscale_and_clip_grads: `fp32_partitioned_groups_flat[i].grad.mul_(1. / combined_scale)` on the CPU: 4 read + 4
+#   written (2 + 2 with bf16 master gradients);
+# - DeepSpeedCPUAdam (ops/csrc/includes/cpu_adam.h Step_AVX): parameter, gradient, exp_avg and exp_avg_sq read,
+#   parameter and both moments written: 16 + 12 = 28 (14 with bf16 master weights and moments,
+#   `bf16_optimizer_states`);
+# - the copy back: `fp16_partitioned_groups_flat[i].data.copy_(fp32_partitioned_groups_flat[i].data)` is a
+#   blocking CPU->GPU copy with a dtype change, which torch converts on the CPU (aten/src/ATen/native/cuda/Copy.cu
+#   copy_kernel_cuda: "For blocking transfers conversions are performed on CPU"): 4 read + 2 written (no
+#   conversion when the master weights are already bf16); the bf16 bytes then cross PCIe (the boundary copies).
+CPU_STEP_BYTES_PER_PARAM = {"fp32": 8 + 28 + 6, "bf16": 4 + 14 + 0}
+ADAM_CPU_BYTES_PER_PARAM = 28
+# DeepSpeedCPUAdam on one core, parameters per second: bench/cpu_adam.py (fp32 partitions as ZeRO-Offload hands them)
+# measured 0.40e9 to 1.07e9 per core on this project's 2-core machine under load (issue 23's note, 2026-11-25); the
+# step is bound by the core's memory bandwidth (28 B/param: 11-30 GB/s per core). The low end is taken: a rank's
+# single core shares the node's memory channels with the other ranks' cores and their PCIe copies.
+CPU_ADAM_PARAMS_PER_S_PER_CORE = 0.4e9
+# The node's memory bandwidth caps the sum over its cores: ZeRO-Offload (Ren et al., USENIX ATC 2021), Table 2:
+# CPU-Adam updates 1B parameters in 0.22 s and 10B in 2.57 s on a DGX-2's two 24-core Xeon Platinum 8168, about
+# 4e9 parameters/s per node at 28 B each (~112 GB/s).
 CPU_OPTIMIZER_PARAMS_PER_S = 4.0e9
-# GPU Adam (optimizer on the GPU) streams the same ~30 bytes/param through HBM at ~80% of its bandwidth.
-GPU_ADAM_BYTES_PER_PARAM = 30
+# GPU Adam (optimizer on the GPU) streams through HBM at ~80% of its bandwidth: fp32 master read and written (8 B),
+# both moments read and written (16), the fp32 gradient read (4), the bf16 parameter written (2) = 30 B/param; with
+# bf16 master weights, gradients and moments (`bf16_optimizer_states`) 4 + 8 + 2 + 2 = 16.
+GPU_ADAM_BYTES_PER_PARAM = {"fp32": 30, "bf16": 16}
 HBM_EFFICIENCY = 0.8
 
 
 def gpu_class(gpu) -> str:
     return "hopper" if gpu.bf16_dense_tflops >= 500 else "ampere"
+
+
+def cpu_threads_per_rank(spec) -> int:
+    """OpenMP threads DeepSpeedCPUAdam (and torch's CPU ops) get per rank. torchrun and `accelerate launch` set
+    OMP_NUM_THREADS=1 for every rank when it is unset (torch/distributed/run.py: "Setting OMP_NUM_THREADS environment
+    variable for each process to be 1 in default"; accelerate/commands/launch.py: num_cpu_threads_per_process
+    defaults to OMP_NUM_THREADS or 1), so without `hardware.cpu_cores_per_node` a rank steps on one core. Ulysses
+    Lab's trainer gives each rank cores // ranks_on_node (worker/trainer/collectives.py share_cores)."""
+    cores = spec.plan.hardware.cpu_cores_per_node
+    return 1 if cores is None else max(1, cores // spec.ranks_per_node)
+
+
+def cpu_optimizer_step_s(spec, psi_rank: float) -> float:
+    """Seconds of the CPU optimizer step under offload (CPU_STEP_BYTES_PER_PARAM): every rank of a node steps its
+    partition at once, each on its own threads, at a core's bandwidth per thread, all capped by the node's."""
+    states = "bf16" if spec.bf16_optimizer_states else "fp32"
+    core_bw = CPU_ADAM_PARAMS_PER_S_PER_CORE * ADAM_CPU_BYTES_PER_PARAM
+    node_bw = CPU_OPTIMIZER_PARAMS_PER_S * ADAM_CPU_BYTES_PER_PARAM
+    per_rank_bw = min(cpu_threads_per_rank(spec) * core_bw, node_bw / spec.ranks_per_node)
+    return psi_rank * CPU_STEP_BYTES_PER_PARAM[states] / per_rank_bw
 
 
 def pcie_gb_per_s(gpu) -> float:
@@ -149,11 +188,13 @@ def estimate_throughput(spec, attn_len: int | None = None, attn_block: int | Non
     per_micro = 0.0
     boundary = 0.0
     if spec.offload_optimizer:
-        optimizer = psi_rank * spec.ranks_per_node / CPU_OPTIMIZER_PARAMS_PER_S
+        optimizer = cpu_optimizer_step_s(spec, psi_rank)
         per_micro += (2 * B * psi_rank if z == 3 else B * psi_rank) / pcie
-        boundary += (4 + B) * psi_rank / pcie
+        master_grad = 2 if spec.bf16_optimizer_states else 4      # the master gradients' dtype goes down
+        boundary += (master_grad + B) * psi_rank / pcie
     else:
-        optimizer = psi_rank * GPU_ADAM_BYTES_PER_PARAM / (g.hbm_tb_per_s * 1e12 * HBM_EFFICIENCY)
+        states = "bf16" if spec.bf16_optimizer_states else "fp32"
+        optimizer = psi_rank * GPU_ADAM_BYTES_PER_PARAM[states] / (g.hbm_tb_per_s * 1e12 * HBM_EFFICIENCY)
     if spec.offload_params:                            # ZeRO-Infinity: parameters come up for every gather
         per_micro += (3 if spec.activation_checkpointing else 2) * B * psi_rank / pcie
     if spec.checkpoint_offload:                        # ALST: checkpoints down in forward, back up in backward

@@ -1,0 +1,88 @@
+"""Issue 23: the offloaded optimizer step as DeepSpeed runs it (CPU passes per sub group, on the cores a rank gets)
+and bf16 optimizer states (DeepSpeed's bf16 master weights + moments), against hand computations."""
+import pytest
+
+from plan import estimate
+from plan import memory as mem
+from plan import throughput as thr
+from tests.unit.test_planner_terms import plan, spec_of
+
+LLAMA8B = {"preset": "meta-llama/Llama-3.1-8B"}
+CORE_BW = 0.4e9 * 28            # one core: DeepSpeedCPUAdam's measured rate x the 28 bytes it streams per parameter
+NODE_BW = 4.0e9 * 28            # a node: ZeRO-Offload's DGX-2 figure x 28 bytes
+
+
+def with_cores(p: dict, cores: int | None) -> dict:
+    if cores is not None:
+        p["hardware"]["cpu_cores_per_node"] = cores
+    return p
+
+
+def optimizer_s(p: dict) -> float:
+    return estimate(p)["throughput"]["time_breakdown_s"]["optimizer_step"]
+
+
+def test_one_gpu_offload_steps_on_one_core_unless_cores_are_stated():
+    # ALST's 1-GPU setup: the whole 8B fp32 partition on one rank. torchrun leaves it one core (OMP_NUM_THREADS=1):
+    # 42 B per parameter (unscale 8 + Adam 28 + fp32->bf16 conversion 6) at one core's bandwidth.
+    s = spec_of(plan(LLAMA8B, seq=8192, offload_optimizer=True))
+    psi = s.model.total_params
+    one_core = optimizer_s(plan(LLAMA8B, seq=8192, offload_optimizer=True))
+    assert one_core == pytest.approx(psi * 42 / CORE_BW, rel=1e-5)          # ~30 s, where 4e9 params/s gave 2 s
+    # 112 cores (a DGX H100): 112 threads would stream 1.25 TB/s; the node's memory bandwidth caps it
+    many = optimizer_s(with_cores(plan(LLAMA8B, seq=8192, offload_optimizer=True), 112))
+    assert many == pytest.approx(psi * 42 / NODE_BW, rel=1e-5)
+    # 4 cores: 4 threads, under the node's cap
+    four = optimizer_s(with_cores(plan(LLAMA8B, seq=8192, offload_optimizer=True), 4))
+    assert four == pytest.approx(psi * 42 / (4 * CORE_BW), rel=1e-5)
+
+
+def test_ranks_of_a_node_share_its_cores_and_its_memory_bandwidth():
+    # 8 ranks, 16 cores: 2 threads each (worker/trainer/collectives.share_cores); 2 x 11.2 GB/s > 112 / 8 GB/s, so
+    # the node's bandwidth shared by its 8 ranks is the limit
+    p = with_cores(plan(LLAMA8B, sp=8, seq=65536, offload_optimizer=True), 16)
+    s = spec_of(p)
+    assert thr.cpu_threads_per_rank(s) == 2
+    psi_rank = s.model.total_params / 8
+    assert optimizer_s(p) == pytest.approx(psi_rank * 42 / (NODE_BW / 8), rel=1e-5)
+    # no cores stated: one thread per rank
+    assert thr.cpu_threads_per_rank(spec_of(plan(LLAMA8B, sp=8, seq=65536, offload_optimizer=True))) == 1
+
+
+def test_bf16_optimizer_states_memory():
+    base = spec_of(plan(LLAMA8B, sp=8, seq=16384))
+    bf16 = spec_of(plan(LLAMA8B, sp=8, seq=16384, bf16_optimizer_states=True))
+    psi = base.model.total_params
+    assert mem.state_terms(base)["optimizer"] == pytest.approx(12 * psi / 8)
+    assert mem.state_terms(bf16)["optimizer"] == pytest.approx(6 * psi / 8)     # bf16 master + 2 bf16 moments
+    # ZeRO-3's gradient buffer of the largest sub group (sub_group_size 1e9) is in the master dtype: 4 -> 2 bytes
+    buffer = min(psi / 8, 1e9)
+    assert mem.state_terms(base)["grads"] - mem.state_terms(bf16)["grads"] == pytest.approx(2 * buffer)
+    gib = 2 ** 30
+    saved = estimate(plan(LLAMA8B, sp=8, seq=16384))["memory"]["peak_allocated_gib"] - \
+        estimate(plan(LLAMA8B, sp=8, seq=16384, bf16_optimizer_states=True))["memory"]["peak_allocated_gib"]
+    assert saved == pytest.approx((6 * psi / 8 + 2 * buffer) / gib, abs=0.01)
+
+
+def test_bf16_optimizer_states_offloaded_and_zero2():
+    p = plan(LLAMA8B, sp=8, seq=16384, offload_optimizer=True, bf16_optimizer_states=True)
+    s = spec_of(p)
+    psi = s.model.total_params
+    cpu = mem.cpu_terms(s, 0.0)["breakdown"]
+    assert cpu["optimizer"] == pytest.approx(6 * psi)            # no fp32 copy, no conversion temporary
+    assert cpu["grads"] == pytest.approx((2 + 2) * psi)          # bf16 master gradients + ZeRO-3's bf16 CPU buffer
+    # the CPU passes: unscale 4 + Adam 14 + no conversion = 18 B per parameter, one core per rank
+    assert optimizer_s(p) == pytest.approx(psi / 8 * 18 / CORE_BW, rel=1e-5)
+    z2 = spec_of(plan(LLAMA8B, sp=8, seq=16384, zero_stage=2, bf16_optimizer_states=True))
+    assert mem.state_terms(z2)["step_fp32_grads"] == pytest.approx(2 * psi / 8)   # bf16 master gradient partition
+
+
+@pytest.mark.parametrize("training,message", [
+    ({"dtype": "fp16"}, "needs dtype bf16"),
+    ({"zero_stage": 0}, "needs zero_stage 1, 2 or 3"),
+])
+def test_bf16_optimizer_states_rules_name_the_field(training, message):
+    e = estimate(plan(LLAMA8B, sp=8, seq=16384, bf16_optimizer_states=True, **training))
+    assert not e["valid"]
+    hits = [x for x in e["errors"] if x["field"] == "training.bf16_optimizer_states"]
+    assert hits and message in hits[0]["message"], e["errors"]
