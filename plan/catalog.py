@@ -43,17 +43,25 @@ class ModelSpec:
     num_experts: int = 0
     experts_per_token: int = 0
     moe_intermediate_size: int = 0
+    # Shared experts every token passes through besides its routed ones (total width): Qwen2-MoE's
+    # `shared_expert_intermediate_size` (modeling_qwen2_moe.py: shared_expert = Qwen2MoeMLP(intermediate_size=...)
+    # plus a 1-wide sigmoid shared_expert_gate), DeepSeek-V2/V3's `n_shared_experts` x `moe_intermediate_size`.
+    shared_expert_size: int = 0
+    shared_expert_gate: bool = False
 
     @property
     def mlp_width(self) -> int:
-        """Intermediate width one token's activations see (the dense MLP, or its routed experts together)."""
-        return self.experts_per_token * self.moe_intermediate_size if self.num_experts else self.intermediate_size
+        """Intermediate width one token's activations see (the dense MLP, or its routed and shared experts)."""
+        if self.num_experts:
+            return self.experts_per_token * self.moe_intermediate_size + self.shared_expert_size
+        return self.intermediate_size
 
     @property
     def mlp_params(self) -> int:
         h = self.hidden_size
         if self.num_experts:
-            return self.num_experts * 3 * h * self.moe_intermediate_size + h * self.num_experts   # + router
+            shared = 3 * h * self.shared_expert_size + (h if self.shared_expert_gate else 0)
+            return self.num_experts * 3 * h * self.moe_intermediate_size + h * self.num_experts + shared  # + router
         return 3 * h * self.intermediate_size
 
     # ---- parameter counts (elements) -------------------------------------------------------------
@@ -219,10 +227,15 @@ def model_from_config(cfg: dict, name: str = "custom") -> ModelSpec:
                               "num_experts"), 1 << 14, default=1)
     moe = {}
     if experts > 1:
+        moe_width = _size(cfg, "moe_intermediate_size", 1 << 21, default=vals["intermediate_size"])
+        qwen_shared = _size(cfg, "shared_expert_intermediate_size", 1 << 21, default=0) \
+            if cfg.get("shared_expert_intermediate_size") else 0
+        deepseek_shared = _size(cfg, "n_shared_experts", 1 << 14, default=0) if cfg.get("n_shared_experts") else 0
         moe = dict(num_experts=experts,
                    experts_per_token=_size(cfg, "num_experts_per_tok", experts, default=1),
-                   moe_intermediate_size=_size(cfg, "moe_intermediate_size", 1 << 21,
-                                               default=vals["intermediate_size"]))
+                   moe_intermediate_size=moe_width,
+                   shared_expert_size=qwen_shared + deepseek_shared * moe_width,
+                   shared_expert_gate=bool(qwen_shared))
     return ModelSpec(
         name=str(cfg.get("_name_or_path") or name), **vals,
         tie_word_embeddings=_bool(cfg.get("tie_word_embeddings", False)),

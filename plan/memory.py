@@ -328,10 +328,11 @@ def cpu_terms(spec, checkpoint_bytes: float) -> dict:
         # offload keeps a fresh master copy on the host (fp32, or bf16 with bf16_optimizer_states)
         states = ADAM_BYTES_BF16_STATES if spec.bf16_optimizer_states else (
             ADAM_BYTES_MIXED if z == 3 else adam_bytes(z, B))
-        # + the step's copy back: a blocking fp32 -> bf16 copy to the GPU converts on the CPU into a pageable
-        # temporary of one sub group (aten/src/ATen/native/cuda/Copy.cu copy_kernel_cuda; stage3.py
-        # _reassign_or_swap_out_partitioned_parameters; sub_group_size 1e9)
-        convert = B * min(psi_rank, SUB_GROUP_SIZE) if not spec.bf16_optimizer_states else 0.0
+        # + the step's copy back in the training dtype on the host: ZeRO-3's blocking fp32 -> bf16 copy to the GPU
+        # converts on the CPU into a pageable temporary of one sub group (aten/src/ATen/native/cuda/Copy.cu
+        # copy_kernel_cuda; stage3.py _reassign_or_swap_out_partitioned_parameters; sub_group_size 1e9); ZeRO-1/2
+        # keep a pinned one of the whole partition (stage_1_and_2.py param_buffer_of_bit16_for_cpu_offload_groups)
+        convert = 0.0 if spec.bf16_optimizer_states else B * (min(psi_rank, SUB_GROUP_SIZE) if z == 3 else psi_rank)
         per_rank["optimizer"] = states * psi_rank + convert
         # master gradient partition the CPU optimizer reads (+ ZeRO-3's low-precision accumulation buffer on CPU)
         per_rank["grads"] = master_grad_bytes(spec) * psi_rank + (B * psi_rank if z == 3 else 0)

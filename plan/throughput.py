@@ -38,7 +38,8 @@ PCIE_GB_PER_S = {"gen5": 50.0, "gen4": 25.0}
 # The optimizer step under offload is the CPU's, one sub group after another and blocking (DeepSpeed 0.19.8
 # runtime/zero/stage3.py `step`: _prepare_sub_group, unscale_and_clip_grads, _optimizer_step,
 # _reassign_or_swap_out_partitioned_parameters, _release_sub_group; stage_1_and_2.py's step does the same passes on
-# its fp32 partition). Per parameter, bytes the CPU streams through memory:
+# its fp32 partition, converting into a pinned bf16 buffer on the CPU: `bit16_partition_buffer.data.copy_(
+# fp32_partition.data)`). Per parameter, bytes the CPU streams through memory:
 # - unscale_and_clip_grads: `fp32_partitioned_groups_flat[i].grad.mul_(1. / combined_scale)` on the CPU: 4 read + 4
 #   written (2 + 2 with bf16 master gradients);
 # - DeepSpeedCPUAdam (ops/csrc/includes/cpu_adam.h Step_AVX): parameter, gradient, exp_avg and exp_avg_sq read,

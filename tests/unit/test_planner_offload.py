@@ -86,3 +86,21 @@ def test_bf16_optimizer_states_rules_name_the_field(training, message):
     assert not e["valid"]
     hits = [x for x in e["errors"] if x["field"] == "training.bf16_optimizer_states"]
     assert hits and message in hits[0]["message"], e["errors"]
+
+
+def test_shared_experts_count_as_parameters_and_as_active_width():
+    # Qwen1.5-MoE-A2.7B's config.json (Qwen/Qwen1.5-MoE-A2.7B): Qwen's model card gives 14.3B parameters in total,
+    # 2.7B activated (embeddings included). Its shared expert (5632 wide) runs for every token.
+    from plan.catalog import model_from_config
+    cfg = {"model_type": "qwen2_moe", "hidden_size": 2048, "num_hidden_layers": 24, "num_attention_heads": 16,
+           "num_key_value_heads": 16, "intermediate_size": 5632, "moe_intermediate_size": 1408, "num_experts": 60,
+           "num_experts_per_tok": 4, "shared_expert_intermediate_size": 5632, "vocab_size": 151936,
+           "tie_word_embeddings": False}
+    m = model_from_config(cfg)
+    assert m.total_params == pytest.approx(14.3e9, rel=0.01)
+    assert m.num_hidden_layers * m.layer_matmul_params + 2 * m.embedding_params == pytest.approx(2.7e9, rel=0.02)
+    assert m.mlp_width == 4 * 1408 + 5632
+    # DeepSeek-style: n_shared_experts of the routed experts' width, no gate
+    ds = model_from_config({**cfg, "model_type": "deepseek_v2", "n_shared_experts": 2,
+                            "shared_expert_intermediate_size": None})
+    assert ds.shared_expert_size == 2 * 1408 and not ds.shared_expert_gate
