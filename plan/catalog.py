@@ -12,6 +12,7 @@ import functools
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -217,7 +218,7 @@ def model_from_config(cfg: dict, name: str = "custom") -> ModelSpec:
         raise ConfigError("", "must be a JSON object (a Hugging Face config.json)")
     if "hidden_size" not in cfg and isinstance(cfg.get("text_config"), dict):
         cfg = {**cfg["text_config"], "model_type": cfg["text_config"].get("model_type", cfg.get("model_type"))}
-    vals = {key: _size(cfg, key, upper) for key, upper in CONFIG_SIZES}
+    vals: dict[str, Any] = {key: _size(cfg, key, upper) for key, upper in CONFIG_SIZES}
     h, heads = vals["hidden_size"], vals["num_attention_heads"]
     vals["num_key_value_heads"] = _size(cfg, "num_key_value_heads", heads, default=heads)
     vals["head_dim"] = _size(cfg, "head_dim", 1 << 14, default=max(1, h // heads))
@@ -225,7 +226,7 @@ def model_from_config(cfg: dict, name: str = "custom") -> ModelSpec:
     mpe = cfg.get("max_position_embeddings")
     experts = _size(cfg, next((k for k in ("num_experts", "num_local_experts", "n_routed_experts") if cfg.get(k)),
                               "num_experts"), 1 << 14, default=1)
-    moe = {}
+    moe: dict[str, Any] = {}
     if experts > 1:
         moe_width = _size(cfg, "moe_intermediate_size", 1 << 21, default=vals["intermediate_size"])
         qwen_shared = _size(cfg, "shared_expert_intermediate_size", 1 << 21, default=0) \
