@@ -162,4 +162,11 @@ def check(plan: Plan) -> tuple[cat.ModelSpec | None, cat.GpuSpec | None, list[Fi
     _run(plan, model, errors)
     if plan.training.dtype == "fp16":
         warnings.append(error("training.dtype", "fp16 needs loss scaling; bf16 is the usual choice"))
+    if plan.training.bf16_optimizer_states:
+        # The estimate prices DeepSpeed's bf16 master weights and moments; the DeepSpeed config Ulysses Lab trains
+        # with (plan/launch.py) does not set bf16_master_weights_and_grads / bf16_optimizer_states yet.
+        warnings.append(error("training.bf16_optimizer_states",
+                              "priced as bf16 master weights and moments (6 B/param); `ulab train` and the "
+                              "exports do not set DeepSpeed's bf16_optimizer_states yet, so a run keeps fp32 "
+                              "states (12 B/param)"))
     return model, gpu, errors, warnings

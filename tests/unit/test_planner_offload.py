@@ -104,3 +104,11 @@ def test_shared_experts_count_as_parameters_and_as_active_width():
     ds = model_from_config({**cfg, "model_type": "deepseek_v2", "n_shared_experts": 2,
                             "shared_expert_intermediate_size": None})
     assert ds.shared_expert_size == 2 * 1408 and not ds.shared_expert_gate
+
+
+def test_bf16_optimizer_states_warns_that_training_does_not_apply_it_yet():
+    e = estimate(plan(LLAMA8B, sp=8, seq=16384, bf16_optimizer_states=True))
+    assert e["valid"]
+    assert any(w["field"] == "training.bf16_optimizer_states" and "fp32 states" in w["message"] for w in e["warnings"])
+    assert not any(w["field"] == "training.bf16_optimizer_states"
+                   for w in estimate(plan(LLAMA8B, sp=8, seq=16384))["warnings"])
