@@ -81,13 +81,21 @@ def cpu_threads_per_rank(spec) -> int:
     return 1 if cores is None else max(1, cores // spec.ranks_per_node)
 
 
+def cpu_cores_per_rank(spec) -> float:
+    """Cores a rank's threads actually run on: its threads, or its share when a node has fewer cores than ranks
+    (then every rank has one thread and they take turns)."""
+    cores = spec.plan.hardware.cpu_cores_per_node
+    threads = cpu_threads_per_rank(spec)
+    return float(threads) if cores is None else min(float(threads), cores / spec.ranks_per_node)
+
+
 def cpu_optimizer_step_s(spec, psi_rank: float) -> float:
     """Seconds of the CPU optimizer step under offload (CPU_STEP_BYTES_PER_PARAM): every rank of a node steps its
     partition at once, each on its own threads, at a core's bandwidth per thread, all capped by the node's."""
     states = "bf16" if spec.bf16_optimizer_states else "fp32"
     core_bw = CPU_ADAM_PARAMS_PER_S_PER_CORE * ADAM_CPU_BYTES_PER_PARAM
     node_bw = CPU_OPTIMIZER_PARAMS_PER_S * ADAM_CPU_BYTES_PER_PARAM
-    per_rank_bw = min(cpu_threads_per_rank(spec) * core_bw, node_bw / spec.ranks_per_node)
+    per_rank_bw = min(cpu_cores_per_rank(spec) * core_bw, node_bw / spec.ranks_per_node)
     return psi_rank * CPU_STEP_BYTES_PER_PARAM[states] / per_rank_bw
 
 

@@ -45,6 +45,10 @@ def test_ranks_of_a_node_share_its_cores_and_its_memory_bandwidth():
     assert thr.cpu_threads_per_rank(s) == 2
     psi_rank = s.model.total_params / 8
     assert optimizer_s(p) == pytest.approx(psi_rank * 42 / (NODE_BW / 8), rel=1e-5)
+    # fewer cores than ranks: one thread each, taking turns on 4 cores (half a core per rank)
+    few = with_cores(plan(LLAMA8B, sp=8, seq=65536, offload_optimizer=True), 4)
+    assert thr.cpu_threads_per_rank(spec_of(few)) == 1
+    assert optimizer_s(few) == pytest.approx(psi_rank * 42 / (0.5 * CORE_BW), rel=1e-5)
     # no cores stated: one thread per rank
     assert thr.cpu_threads_per_rank(spec_of(plan(LLAMA8B, sp=8, seq=65536, offload_optimizer=True))) == 1
 
