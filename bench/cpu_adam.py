@@ -6,9 +6,10 @@ Steps an fp32 partition of `--params` parameters (fp32 master weights, momentum,
 ZeRO-Offload hands DeepSpeedCPUAdam) with 1..N torch threads (DeepSpeed's CPU Adam parallelises its loop with
 OpenMP over torch's intra-op threads) and prints parameters per second, in total and per core. The step is bound by
 memory bandwidth (about 16 bytes read and 12 written per parameter, plus the bf16 copy back), so per-core rates
-only scale while the memory channels keep up: the planner multiplies the single-core rate by the node's cores and
-caps it by memory bandwidth (plan/throughput.py). The first call JIT-builds the op (cached in
-~/.cache/torch_extensions).
+only scale while the memory channels keep up: the planner (plan/throughput.py CPU_ADAM_PARAMS_PER_S_PER_CORE) turns
+the single-core rate into bytes per second, multiplies it by the cores a rank gets (one under torchrun's
+OMP_NUM_THREADS=1 unless the plan states hardware.cpu_cores_per_node) and caps it by the node's memory bandwidth.
+The first call JIT-builds the op (cached in ~/.cache/torch_extensions).
 """
 from __future__ import annotations
 

@@ -232,10 +232,13 @@ def model_from_config(cfg: dict, name: str = "custom") -> ModelSpec:
         qwen_shared = _size(cfg, "shared_expert_intermediate_size", 1 << 21, default=0) \
             if cfg.get("shared_expert_intermediate_size") else 0
         deepseek_shared = _size(cfg, "n_shared_experts", 1 << 14, default=0) if cfg.get("n_shared_experts") else 0
+        # Llama 4: every MoE layer adds a shared expert of the experts' width (modeling_llama4.py Llama4TextMoe:
+        # self.shared_expert = Llama4TextMLP(config), i.e. intermediate_size)
+        llama4_shared = moe_width if mtype.startswith("llama4") else 0
         moe = dict(num_experts=experts,
                    experts_per_token=_size(cfg, "num_experts_per_tok", experts, default=1),
                    moe_intermediate_size=moe_width,
-                   shared_expert_size=qwen_shared + deepseek_shared * moe_width,
+                   shared_expert_size=qwen_shared + deepseek_shared * moe_width + llama4_shared,
                    shared_expert_gate=bool(qwen_shared))
     return ModelSpec(
         name=str(cfg.get("_name_or_path") or name), **vals,

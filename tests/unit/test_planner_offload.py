@@ -116,3 +116,16 @@ def test_bf16_optimizer_states_warns_that_training_does_not_apply_it_yet():
     assert any(w["field"] == "training.bf16_optimizer_states" and "fp32 states" in w["message"] for w in e["warnings"])
     assert not any(w["field"] == "training.bf16_optimizer_states"
                    for w in estimate(plan(LLAMA8B, sp=8, seq=16384))["warnings"])
+
+
+def test_llama4_shared_expert():
+    # Llama-4-Scout-17B-16E's text_config: Meta gives 109B parameters in total (vision encoder included), 17B
+    # active. Each MoE layer runs a shared expert of the experts' width besides the routed one.
+    from plan.catalog import model_from_config
+    text = {"model_type": "llama4_text", "hidden_size": 5120, "num_hidden_layers": 48, "num_attention_heads": 40,
+            "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 8192, "num_local_experts": 16,
+            "num_experts_per_tok": 1, "vocab_size": 202048, "tie_word_embeddings": False}
+    m = model_from_config({"model_type": "llama4", "text_config": text})
+    assert m.shared_expert_size == 8192
+    assert m.total_params == pytest.approx(109e9, rel=0.03)
+    assert m.num_hidden_layers * m.layer_matmul_params + 2 * m.embedding_params == pytest.approx(17e9, rel=0.03)
