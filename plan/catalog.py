@@ -49,13 +49,28 @@ class ModelSpec:
     # plus a 1-wide sigmoid shared_expert_gate), DeepSeek-V2/V3's `n_shared_experts` x `moe_intermediate_size`.
     shared_expert_size: int = 0
     shared_expert_gate: bool = False
+    # MoE models' dense layers (a plain SwiGLU MLP of dense_intermediate_size instead of the experts): DeepSeek's
+    # first_k_dense_replace, Qwen-MoE's mlp_only_layers / decoder_sparse_step, Llama 4's moe_layers /
+    # interleave_moe_layer_step (model_from_config reads them as transformers' modeling code does).
+    dense_layers: int = 0
+    dense_intermediate_size: int = 0
+
+    @property
+    def routed_width(self) -> int:
+        """An MoE layer's intermediate width per token: its routed experts together plus the shared ones."""
+        return self.experts_per_token * self.moe_intermediate_size + self.shared_expert_size
 
     @property
     def mlp_width(self) -> int:
-        """Intermediate width one token's activations see (the dense MLP, or its routed and shared experts)."""
+        """Intermediate width one token's activations see in the widest layer (the dense MLP, or an MoE layer's
+        routed and shared experts, or a dense layer of an MoE model)."""
         if self.num_experts:
-            return self.experts_per_token * self.moe_intermediate_size + self.shared_expert_size
+            return max(self.routed_width, self.dense_intermediate_size if self.dense_layers else 0)
         return self.intermediate_size
+
+    @property
+    def moe_layers(self) -> int:
+        return self.num_hidden_layers - self.dense_layers if self.num_experts else 0
 
     @property
     def mlp_params(self) -> int:
@@ -75,11 +90,16 @@ class ModelSpec:
         return self.num_key_value_heads * self.head_dim
 
     @property
-    def layer_matmul_params(self) -> int:
-        """Weights one token multiplies in a decoder layer: q, k, v, o and the SwiGLU gate/up/down (MoE: the
-        routed experts and the router)."""
+    def layer_matmul_params(self) -> float:
+        """Weights one token multiplies in a decoder layer, on average over the layers: q, k, v, o and the SwiGLU
+        gate/up/down (MoE: the routed and shared experts and the router; its dense layers: their MLP)."""
         h = self.hidden_size
-        mlp = 3 * h * self.mlp_width + (h * self.num_experts if self.num_experts else 0)
+        if self.num_experts:
+            moe = 3 * h * self.routed_width + h * self.num_experts
+            dense = 3 * h * self.dense_intermediate_size
+            mlp = (self.moe_layers * moe + self.dense_layers * dense) / self.num_hidden_layers
+        else:
+            mlp = 3 * h * self.intermediate_size
         return h * self.q_dim + 2 * h * self.kv_dim + self.q_dim * h + mlp
 
     @property
@@ -88,13 +108,28 @@ class ModelSpec:
         return h * self.q_dim + 2 * h * self.kv_dim + self.q_dim * h
 
     @property
-    def layer_params(self) -> int:
+    def _attn_and_norms(self) -> int:
         extra = 2 * self.hidden_size  # input and post-attention RMSNorm weights
         if self.qk_norm:
             extra += 2 * self.head_dim
         if self.qkv_bias:
             extra += self.q_dim + 2 * self.kv_dim
-        return self.attn_params + self.mlp_params + extra
+        return self.attn_params + extra
+
+    @property
+    def layer_params(self) -> int:
+        """Parameters of the largest decoder layer (what ZeRO-3 gathers for one layer)."""
+        dense = 3 * self.hidden_size * self.dense_intermediate_size if self.dense_layers else 0
+        return self._attn_and_norms + max(self.mlp_params, dense)
+
+    @property
+    def layers_params(self) -> int:
+        """Parameters of every decoder layer together (an MoE model's dense layers at their own size)."""
+        if not self.num_experts:
+            return self.num_hidden_layers * (self._attn_and_norms + self.mlp_params)
+        dense = 3 * self.hidden_size * self.dense_intermediate_size
+        return (self.num_hidden_layers * self._attn_and_norms + self.moe_layers * self.mlp_params
+                + self.dense_layers * dense)
 
     @property
     def embedding_params(self) -> int:
@@ -107,11 +142,11 @@ class ModelSpec:
 
     @property
     def total_params(self) -> int:
-        return (self.num_hidden_layers * self.layer_params + self.embedding_params + self.lm_head_params
+        return (self.layers_params + self.embedding_params + self.lm_head_params
                 + self.hidden_size)  # final norm
 
     @property
-    def matmul_params(self) -> int:
+    def matmul_params(self) -> float:
         """Weights that take part in a matmul per token (the lm_head matmul happens even when tied)."""
         return self.num_hidden_layers * self.layer_matmul_params + self.vocab_size * self.hidden_size
 
@@ -209,6 +244,38 @@ def _size(cfg: dict, key: str, upper: int, default: int | None = None) -> int:
     return int(v)
 
 
+def _layer_list(cfg: dict, key: str, layers: int) -> set[int]:
+    v = cfg.get(key) or []
+    if not isinstance(v, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in v):
+        raise ConfigError(key, f"must be a list of layer indices, got {v!r}")
+    return {i for i in v if 0 <= i < layers}
+
+
+def _dense_layers(cfg: dict, mtype: str, layers: int, intermediate: int) -> tuple[int, int]:
+    """(dense layers, their MLP width) of an MoE config, as transformers' modeling code picks a layer's MLP:
+    Llama 4 (configuration_llama4.py): MoE at `moe_layers`, default every `interleave_moe_layer_step`-th layer
+    (range(step - 1, L, step)), dense ones of `intermediate_size_mlp`; DeepSeek-V2/V3 (modeling_deepseek_v3.py:
+    `if layer_idx >= config.first_k_dense_replace`; V3's config default 3, V2's 0); Qwen2/3-MoE
+    (modeling_qwen2_moe.py: MoE when `layer_idx not in mlp_only_layers and (layer_idx + 1) % decoder_sparse_step
+    == 0`); dense layers of `intermediate_size`."""
+    if mtype.startswith("llama4"):
+        if cfg.get("moe_layers") is not None:
+            moe = len(_layer_list(cfg, "moe_layers", layers))
+        else:
+            step = _size(cfg, "interleave_moe_layer_step", layers, default=1)
+            moe = len(range(step - 1, layers, step))
+        return layers - moe, _size(cfg, "intermediate_size_mlp", 1 << 21, default=16384)
+    if mtype.startswith("deepseek"):
+        default = 3 if mtype == "deepseek_v3" else 0
+        first = 0 if cfg.get("first_k_dense_replace") == 0 else _size(cfg, "first_k_dense_replace", layers,
+                                                                       default=default)
+        return min(first, layers), intermediate
+    step = _size(cfg, "decoder_sparse_step", layers, default=1)
+    only = _layer_list(cfg, "mlp_only_layers", layers)
+    moe = sum(1 for i in range(layers) if i not in only and (i + 1) % step == 0)
+    return layers - moe, intermediate
+
+
 def model_from_config(cfg: dict, name: str = "custom") -> ModelSpec:
     """A ModelSpec from a Hugging Face config.json dict (text_config is used for multimodal wrappers).
 
@@ -235,7 +302,8 @@ def model_from_config(cfg: dict, name: str = "custom") -> ModelSpec:
         # Llama 4: every MoE layer adds a shared expert of the experts' width (modeling_llama4.py Llama4TextMoe:
         # self.shared_expert = Llama4TextMLP(config), i.e. intermediate_size)
         llama4_shared = moe_width if mtype.startswith("llama4") else 0
-        moe = dict(num_experts=experts,
+        dense_layers, dense_width = _dense_layers(cfg, mtype, vals["num_hidden_layers"], vals["intermediate_size"])
+        moe = dict(num_experts=experts, dense_layers=dense_layers, dense_intermediate_size=dense_width,
                    experts_per_token=_size(cfg, "num_experts_per_tok", experts, default=1),
                    moe_intermediate_size=moe_width,
                    shared_expert_size=qwen_shared + deepseek_shared * moe_width + llama4_shared,

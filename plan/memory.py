@@ -178,7 +178,10 @@ def zero_buffer_terms(spec) -> dict:
     prefetch = B * 0.9 * h * h
     # Gathered parameters while a layer runs backward (its weights, gathered for the recompute and kept for the
     # backward) and the largest single-parameter gradient before it is copied into the bucket.
-    largest_param = h * max(m.moe_intermediate_size if m.num_experts else m.intermediate_size, m.q_dim)
+    widest = m.moe_intermediate_size if m.num_experts else m.intermediate_size
+    if m.dense_layers:                                       # an MoE model's dense layers
+        widest = max(widest, m.dense_intermediate_size)
+    largest_param = h * max(widest, m.q_dim)
     layer_live = B * min(m.layer_params, max(MAX_LIVE_PARAMETERS, largest_param))   # max_live caps the sum only
     largest_grad = B * largest_param
     # During the loss the lm_head (tied: the embedding) weight is gathered in full (one parameter, never split).

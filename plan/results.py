@@ -134,6 +134,10 @@ class CatalogModel(BaseModel):
     num_experts: int
     experts_per_token: int
     moe_intermediate_size: int
+    shared_expert_size: int = 0
+    shared_expert_gate: bool = False
+    dense_layers: int = 0
+    dense_intermediate_size: int = 0
     params: int
 
 

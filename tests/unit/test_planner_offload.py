@@ -129,3 +129,29 @@ def test_llama4_shared_expert():
     assert m.shared_expert_size == 8192
     assert m.total_params == pytest.approx(109e9, rel=0.03)
     assert m.num_hidden_layers * m.layer_matmul_params + 2 * m.embedding_params == pytest.approx(17e9, rel=0.03)
+
+
+def test_moe_dense_layers_as_transformers_builds_them():
+    # Llama-4-Maverick-17B-128E: MoE every 2nd layer (interleave_moe_layer_step 2), dense layers of
+    # intermediate_size_mlp 16384; Meta gives 400B total and 17B active. Counting all 48 layers as MoE gave 773B.
+    from plan.catalog import ConfigError, model_from_config
+    text = {"model_type": "llama4_text", "hidden_size": 5120, "num_hidden_layers": 48, "num_attention_heads": 40,
+            "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 8192, "intermediate_size_mlp": 16384,
+            "num_local_experts": 128, "num_experts_per_tok": 1, "interleave_moe_layer_step": 2,
+            "vocab_size": 202048, "tie_word_embeddings": False}
+    m = model_from_config({"model_type": "llama4", "text_config": text})
+    assert m.dense_layers == 24 and m.dense_intermediate_size == 16384
+    assert m.total_params == pytest.approx(400e9, rel=0.01)
+    assert m.num_hidden_layers * m.layer_matmul_params + 2 * m.embedding_params == pytest.approx(17e9, rel=0.03)
+    assert m.mlp_width == 16384                  # the widest layer's activations: a dense one
+    # Qwen-MoE: mlp_only_layers are dense; DeepSeek-V3: the first 3 layers by its config's default
+    qwen = {"model_type": "qwen3_moe", "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
+            "intermediate_size": 256, "moe_intermediate_size": 32, "num_experts": 8, "num_experts_per_tok": 2,
+            "vocab_size": 100}
+    assert model_from_config({**qwen, "mlp_only_layers": [0, 3]}).dense_layers == 2
+    assert model_from_config({**qwen, "decoder_sparse_step": 2}).dense_layers == 2      # layers 0 and 2
+    assert model_from_config({**qwen, "model_type": "deepseek_v3"}).dense_layers == 3
+    assert model_from_config({**qwen, "model_type": "deepseek_v3", "first_k_dense_replace": 0}).dense_layers == 0
+    with pytest.raises(ConfigError) as e:
+        model_from_config({**qwen, "mlp_only_layers": "0,3"})
+    assert e.value.key == "mlp_only_layers"
