@@ -13,6 +13,8 @@ L layers, B bytes of the training dtype, psi parameter count, N = dp_size * sp_s
 """
 from __future__ import annotations
 
+import math
+
 from . import liger
 from .allocator import device_total, reserved_peak
 from .model import DTYPE_BYTES
@@ -320,6 +322,13 @@ def estimate_memory(spec) -> dict:
             "cpu_per_node": cpu["total_per_node"], "cpu_breakdown_per_node": cpu["breakdown"]}
 
 
+def pinned_bytes(n: float) -> float:
+    """Host bytes a pinned tensor of n bytes takes: torch's CachingHostAllocator rounds every pinned allocation up
+    to the next power of two (ATen/core/CachingHostAllocator.h: `c10::llvm::PowerOf2Ceil(size)` while size is
+    under pinned_max_round_threshold, by default every size)."""
+    return float(2 ** math.ceil(math.log2(n))) if n > 0 else 0.0
+
+
 def cpu_terms(spec, checkpoint_bytes: float) -> dict:
     """Host memory per node: offloaded optimizer states, gradients and parameters (ZeRO-Offload, Ren et al. 2021;
     stage3.py pinned buffers), offloaded activation checkpoints (ALST), plus each process's own footprint."""
@@ -338,7 +347,15 @@ def cpu_terms(spec, checkpoint_bytes: float) -> dict:
         convert = 0.0 if spec.bf16_optimizer_states else B * (min(psi_rank, SUB_GROUP_SIZE) if z == 3 else psi_rank)
         per_rank["optimizer"] = states * psi_rank + convert
         # master gradient partition the CPU optimizer reads (+ ZeRO-3's low-precision accumulation buffer on CPU)
-        per_rank["grads"] = master_grad_bytes(spec) * psi_rank + (B * psi_rank if z == 3 else 0)
+        if z == 3:
+            # stage3.py pins both (pin_memory true by default): grad_partitions_flat_buffer, one buffer for the
+            # whole partition, and each sub group's master gradient (initialize_optimizer_states:
+            # subgroup_gradient_buffer), each rounded up to a power of two by torch's pinned allocator
+            groups = max(1, math.ceil(psi_rank / SUB_GROUP_SIZE))
+            per_rank["grads"] = (groups * pinned_bytes(master_grad_bytes(spec) * psi_rank / groups)
+                                 + pinned_bytes(B * psi_rank))
+        else:
+            per_rank["grads"] = master_grad_bytes(spec) * psi_rank
     if spec.offload_params:
         per_rank["params"] = B * m.total_params / N
     r = spec.ranks_per_node

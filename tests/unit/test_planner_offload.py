@@ -74,7 +74,9 @@ def test_bf16_optimizer_states_offloaded_and_zero2():
     psi = s.model.total_params
     cpu = mem.cpu_terms(s, 0.0)["breakdown"]
     assert cpu["optimizer"] == pytest.approx(6 * psi)            # no fp32 copy, no conversion temporary
-    assert cpu["grads"] == pytest.approx((2 + 2) * psi)          # bf16 master gradients + ZeRO-3's bf16 CPU buffer
+    # bf16 master gradients (2 sub groups of psi/16, 1.004e9 B each, pinned -> 2^30) + ZeRO-3's bf16 CPU buffer
+    # (2.008e9 B -> 2^31), 8 ranks
+    assert cpu["grads"] == pytest.approx(8 * (2 * 2 ** 30 + 2 ** 31))
     # the CPU passes: unscale 4 + Adam 14 + no conversion = 18 B per parameter, one core per rank
     assert optimizer_s(p) == pytest.approx(psi / 8 * 18 / CORE_BW, rel=1e-5)
     z2 = spec_of(plan(LLAMA8B, sp=8, seq=16384, zero_stage=2, bf16_optimizer_states=True))
@@ -155,3 +157,13 @@ def test_moe_dense_layers_as_transformers_builds_them():
     with pytest.raises(ConfigError) as e:
         model_from_config({**qwen, "mlp_only_layers": "0,3"})
     assert e.value.key == "mlp_only_layers"
+
+
+def test_pinned_host_buffers_round_up_to_a_power_of_two():
+    # torch's CachingHostAllocator rounds pinned allocations up to the next power of two
+    assert mem.pinned_bytes(3 * 2 ** 30) == 4 * 2 ** 30
+    assert mem.pinned_bytes(2 ** 30) == 2 ** 30
+    # Llama-3.1-8B offloaded on one GPU: 8.03e9 params -> 9 sub groups of ~0.89e9 (3.57e9 B fp32 -> 2^32 each) and
+    # a 16.06e9 B bf16 buffer (-> 2^34): 52 GiB pinned where the bytes themselves are 44.9 GiB
+    s = spec_of(plan(LLAMA8B, seq=8192, offload_optimizer=True))
+    assert mem.cpu_terms(s, 0.0)["breakdown"]["grads"] == pytest.approx(9 * 2 ** 32 + 2 ** 34)
