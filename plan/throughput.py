@@ -51,11 +51,12 @@ PCIE_GB_PER_S = {"gen5": 50.0, "gen4": 25.0}
 #   conversion when the master weights are already bf16); the bf16 bytes then cross PCIe (the boundary copies).
 CPU_STEP_BYTES_PER_PARAM = {"fp32": 8 + 28 + 6, "bf16": 4 + 14 + 0}
 ADAM_CPU_BYTES_PER_PARAM = 28
-# DeepSpeedCPUAdam on one core, parameters per second: bench/cpu_adam.py (fp32 partitions as ZeRO-Offload hands them)
-# measured 0.40e9 to 1.07e9 per core on this project's 2-core machine under load (issue 23's note, 2026-11-25); the
-# step is bound by the core's memory bandwidth (28 B/param: 11-30 GB/s per core). The low end is taken: a rank's
-# single core shares the node's memory channels with the other ranks' cores and their PCIe copies.
-CPU_ADAM_PARAMS_PER_S_PER_CORE = 0.4e9
+# DeepSpeedCPUAdam on one core (one OpenMP thread), parameters per second: bench/cpu_adam.py (fp32 partitions as
+# ZeRO-Offload hands them, 50M parameters, median of 5 steps) measured 0.647e9 with one thread on this project's
+# 2-core machine under load (load average 12, niced; 2026-11-27), and 0.40-1.07e9 per core in issue 23's earlier
+# runs; two threads gave 0.378e9 per core (the channels are shared). The step is bound by the core's memory
+# bandwidth (28 B/param: ~18 GB/s). This session's one-thread figure is used.
+CPU_ADAM_PARAMS_PER_S_PER_CORE = 0.65e9
 # The node's memory bandwidth caps the sum over its cores: ZeRO-Offload (Ren et al., USENIX ATC 2021), Table 2:
 # CPU-Adam updates 1B parameters in 0.22 s and 10B in 2.57 s on a DGX-2's two 24-core Xeon Platinum 8168, about
 # 4e9 parameters/s per node at 28 B each (~112 GB/s).
