@@ -357,6 +357,8 @@ def cpu_terms(spec, checkpoint_bytes: float) -> dict:
         else:
             per_rank["grads"] = master_grad_bytes(spec) * psi_rank
     if spec.offload_params:
-        per_rank["params"] = B * m.total_params / N
+        # stage3.py _create_param_groups_fp16_flat_cpu_memory: one pinned flat buffer of the rank's partition
+        # (per parameter group; the small no-decay group left out), rounded up by torch's pinned allocator
+        per_rank["params"] = pinned_bytes(B * m.total_params / N)
     r = spec.ranks_per_node
     return {"breakdown": {k: v * r for k, v in per_rank.items()}, "total_per_node": sum(per_rank.values()) * r}
