@@ -47,7 +47,8 @@ PCIE_GB_PER_S = {"gen5": 50.0, "gen4": 25.0}
 #   `bf16_optimizer_states`);
 # - the copy back: `fp16_partitioned_groups_flat[i].data.copy_(fp32_partitioned_groups_flat[i].data)` is a
 #   blocking CPU->GPU copy with a dtype change, which torch converts on the CPU (aten/src/ATen/native/cuda/Copy.cu
-#   copy_kernel_cuda: "For blocking transfers conversions are performed on CPU"): 4 read + 2 written (no
+#   copy_kernel_cuda: "For blocking transfers conversions are performed on CPU"; PyTorch's repository source, the
+#   wheel ships no .cu, and no GPU here to time it): 4 read + 2 written (no
 #   conversion when the master weights are already bf16); the bf16 bytes then cross PCIe (the boundary copies).
 CPU_STEP_BYTES_PER_PARAM = {"fp32": 8 + 28 + 6, "bf16": 4 + 14 + 0}
 ADAM_CPU_BYTES_PER_PARAM = 28
