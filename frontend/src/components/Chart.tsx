@@ -135,8 +135,7 @@ export function Chart({ testid, title, x, lines, height = 220, xLabel = "step", 
     tabIndex: 0, role: "group",
     "aria-label": `${title}: + and - zoom, left and right arrows pan, 0 shows the whole run`,
     onKeyDown: (e: KeyboardEvent) => {
-      const sc = plot.current?.scales.x;
-      const next = zoomKey(e.key, sc?.min, sc?.max);
+      const next = zoomKey(e.key, x[0], x[x.length - 1]);  // the steps shown (a zoom loads only its range)
       if (next === null) return;
       e.preventDefault();
       if (next === "reset") onZoomReset?.();

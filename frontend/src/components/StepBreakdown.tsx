@@ -76,7 +76,7 @@ function PartList({ parts, testid }: { parts: Part[]; testid: string }) {
 export function StepBreakdown({ run, store, version, onZoom, onZoomReset }: {
   run: Run; store: Store; version: number; onZoom?: (a: number, b: number) => void; onZoomReset?: () => void;
 }) {
-  const { measured, chart, steps, rest } = useMemo(() => {
+  const { measured, chart, steps, rest, reporting } = useMemo(() => {
     const series = MEASURED.map(([name]) => perStep(store, name));
     const measured: Part[] = MEASURED.map(([name, label, color], i) => ({ key: name, label, color, seconds: recentMedian(series[i]) }));
     measured.push(
@@ -94,7 +94,8 @@ export function StepBreakdown({ run, store, version, onZoom, onZoomReset }: {
     const lines: Line[] = MEASURED.map(([, label, color], i) => ({
       label, color, values: x.map((s) => series[i].get(s) ?? null), width: 1.5,
     })).filter((_, i) => series[i].size > 0);
-    return { measured, chart: { x, lines }, steps: Math.max(0, ...series.map((m) => m.size)), rest };
+    const reporting = perStep(store, "step_time_s").size > 0 || (store.get("loss")?.size ?? 0) > 0;
+    return { measured, chart: { x, lines }, steps: Math.max(0, ...series.map((m) => m.size)), rest, reporting };
     // eslint-disable-next-line react-hooks/exhaustive-deps
   }, [store, version]);
   const terms = run.estimate?.throughput?.time_breakdown_s ?? null;
@@ -126,7 +127,7 @@ export function StepBreakdown({ run, store, version, onZoom, onZoomReset }: {
       </div>
       <Chart testid="breakdown-chart" title="timed parts per optimizer step (s)" x={chart.x} lines={chart.lines}
         height={160} onZoom={onZoom} onZoomReset={onZoomReset}
-        emptyText="not measured: this run's trainer writes no forward_s / backward_s / optimizer_s" />
+        emptyText={reporting ? "not measured: this run's trainer writes no forward_s / backward_s / optimizer_s" : "no data yet"} />
     </div>
   );
 }

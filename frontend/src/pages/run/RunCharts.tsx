@@ -162,7 +162,7 @@ export function RunCharts({ run, store, version, zoom, setZoom }: Props) {
         {onCpu ? <span className="muted" data-testid="planner-hidden-cpu">planner predictions hidden: this run ran on CPU ranks, the planner predicts the plan's GPU</span> : null}
         {zoom ? (
           <span>
-            steps {zoom.start}–{zoom.end}{" "}
+            <span data-testid="zoom-range">steps {zoom.start}–{zoom.end}</span>{" "}
             <button type="button" data-testid="zoom-reset" onClick={() => setZoom(null)}>reset zoom</button>
           </span>
         ) : <span className="muted">drag on a chart to zoom (or focus it: + / - / arrows / 0)</span>}
