@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from tests.e2e.browser import chromium_page, screenshot
+from tests.e2e.browser import ARTIFACTS, chromium_page, screenshot
 from tests.tiny import submit, tiny_plan
 
 pytestmark = pytest.mark.slow
@@ -144,3 +144,28 @@ def test_an_action_error_in_the_runs_table_reads_on_wide_lines(stack, api, corpu
         assert page.evaluate("document.documentElement.scrollWidth") <= 1280
         screenshot(page, "dashboard-runs-action-error")
     api.post(f"/api/runs/{rid}/cancel")
+
+
+def test_a_running_run_in_light_dark_and_at_390_px(stack, api, corpus):
+    """The README's run-page screenshots, of a real CPU run while it trains: ETA, the step breakdown panel, the
+    export buttons and the copy-link button, in light and dark, and at 390 px (no horizontal overflow)."""
+    run = submit(api, tiny_plan(sp_size=2), {"steps": 5000, "data": {"path": str(corpus)}}, name="ui-live-screens")
+    rid = run["id"]
+    try:
+        for scheme, width in (("light", 1280), ("dark", 1280), ("light", 390)):
+            with chromium_page(width=width, height=1000, color_scheme=scheme) as page:
+                page.goto(f"{stack.url}/#/runs/{rid}")
+                page.wait_for_function("document.querySelector('[data-testid=run-state]')?.dataset.state === 'running'"
+                                       " && Number(document.querySelector('[data-testid=step-time-chart]')"
+                                       "?.dataset.points) >= 3", timeout=240_000)
+                eta = page.locator("[data-testid=run-eta]")
+                eta.wait_for(timeout=10_000)
+                assert eta.inner_text() not in ("", "–")
+                for testid in ("step-breakdown", "download-metrics-csv", "download-metrics-parquet", "copy-link"):
+                    assert page.locator(f"[data-testid={testid}]").is_visible(), testid
+                time.sleep(0.5)
+                assert page.evaluate("document.documentElement.scrollWidth") <= width, page.evaluate(WIDE)
+                ARTIFACTS.mkdir(exist_ok=True)  # the top of the page, as the README shows it
+                page.screenshot(path=str(ARTIFACTS / f"run-page-live-{scheme}-{width}.png"))
+    finally:
+        api.post(f"/api/runs/{rid}/cancel")
