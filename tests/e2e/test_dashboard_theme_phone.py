@@ -1,6 +1,7 @@
 """The dashboard in Chromium against the real stack: dark mode from prefers-color-scheme (charts included), sortable
 headers by keyboard, every page within a 390 px screen with the compare checkboxes visible, and an action's error
 in the runs table on lines of readable width."""
+import re
 import time
 
 import pytest
@@ -58,6 +59,11 @@ def test_dark_mode_follows_the_system_and_charts_stay_readable(stack, api, corpu
                 "axis": page.evaluate(AXIS_INK),
             }
             screenshot(page, f"run-page-{scheme}")
+            if scheme == "dark":
+                page.goto(f"{stack.url}/#/planner")
+                page.locator("[data-testid=planner-results][data-state=valid]").wait_for(timeout=30_000)
+                time.sleep(1)  # the sweep chart lands after its debounce
+                screenshot(page, "planner-dark")
     light, dark = seen["light"], seen["dark"]
     assert light["body"] == "rgb(246, 247, 249)" and dark["body"] == "rgb(11, 17, 32)", seen
     assert dark["card"] == "rgb(17, 24, 39)" and dark["text"] == "rgb(229, 231, 235)", seen
@@ -106,7 +112,7 @@ def test_every_page_fits_a_390_px_screen(stack, api, corpus):
     rid = _run_with_loss(api, corpus, "ui-phone-with-a-long-name-that-has-to-wrap-somewhere-on-a-phone")
     other = _run_with_loss(api, corpus, "ui-phone-2")
     with chromium_page(width=390, height=844) as page:
-        for name in PAGES + [f"runs/{rid}"]:
+        for name in PAGES + [f"runs/{rid}", f"compare?ids={rid},{other}"]:
             page.goto(f"{stack.url}/#/{name}")
             page.wait_for_load_state("networkidle")
             time.sleep(0.5)  # the planner's estimate and sweep land after their debounce
@@ -118,7 +124,7 @@ def test_every_page_fits_a_390_px_screen(stack, api, corpus):
                 box.check()
                 page.locator(f"[data-testid=select-{other}]").check()
                 assert page.locator("[data-testid=compare-selected]").is_enabled()
-            screenshot(page, f"phone-{name.replace('/', '-')}")
+            screenshot(page, "phone-" + re.sub(r"[^a-z0-9]+", "-", name))
     for r in (rid, other):
         api.post(f"/api/runs/{r}/cancel")
 

@@ -168,7 +168,8 @@ def test_checkpoints_have_download_links_and_an_ended_run_shows_no_stream(stack,
         page.locator("[data-testid=run-checkpoints]").wait_for(timeout=20_000)
         for c in listed:
             link = page.locator(f"[data-testid=checkpoint-download-{c['stage']}-{c['step']}]")
-            assert link.get_attribute("href") == f"/api/runs/{rid}/checkpoints/{c['stage']}/checkpoint-{c['step']}"
+            # the backend's GET /api/runs/{id}/checkpoints/{name}, name = <stage>-checkpoint-<step>
+            assert link.get_attribute("href") == f"/api/runs/{rid}/checkpoints/{c['stage']}-checkpoint-{c['step']}"
             assert link.get_attribute("download") is not None
         assert page.get_attribute("[data-testid=run-state]", "data-state") == "succeeded"
         assert page.locator("[data-testid=live-status]").count() == 0

@@ -1,7 +1,7 @@
-/** GET /api/runs/{id}/checkpoints/{name}: a streamed tar of one checkpoint directory, `name` being its reference
- * as the run's checkpoint list and "resume from here" name it (stage<i>/checkpoint-<step>). */
+/** GET /api/runs/{id}/checkpoints/{name}: a streamed tar of one checkpoint directory, `name` being
+ * `<stage>-checkpoint-<step>` (the `name` the checkpoints list gives each). */
 export function checkpointUrl(runId: number, stage: string, step: number): string {
-  return `/api/runs/${runId}/checkpoints/${encodeURIComponent(stage)}/checkpoint-${step}`;
+  return `/api/runs/${runId}/checkpoints/${encodeURIComponent(`${stage}-checkpoint-${step}`)}`;
 }
 
 /** The download link of one listed checkpoint; the browser names the file from the API's Content-Disposition. */
