@@ -149,6 +149,13 @@ def test_an_action_error_in_the_runs_table_reads_on_wide_lines(stack, api, corpu
         assert box["height"] / line <= len(text) / 30 + 1, (box, line, text)
         assert page.evaluate("document.documentElement.scrollWidth") <= 1280
         screenshot(page, "dashboard-runs-action-error")
+    with chromium_page(width=390, height=844) as page:  # and on a phone it stays within the screen
+        page.goto(f"{stack.url}/#/runs")
+        page.fill("[data-testid=runs-filter-text]", "ui-error-width")
+        page.click(f"[data-testid=approve-{rid}]")
+        page.locator(f"[data-testid=action-error-{rid}]").wait_for(timeout=10_000)
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390, page.evaluate(WIDE)
+        screenshot(page, "phone-runs-action-error")
     api.post(f"/api/runs/{rid}/cancel")
 
 
