@@ -4,6 +4,7 @@ from __future__ import annotations
 import atexit
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Literal
 
 from playwright.sync_api import Browser, Playwright, sync_playwright
 
@@ -56,10 +57,13 @@ def stop_browser() -> None:
 
 
 @contextmanager
-def chromium_page(width: int = 1280, height: int = 800, signed_in: bool = True, enforce_csp: bool = False):
+def chromium_page(width: int = 1280, height: int = 800, signed_in: bool = True, enforce_csp: bool = False,
+                  color_scheme: Literal["light", "dark"] = "light"):
     """A page in a fresh context. The dashboard's CSP forbids eval, which Playwright's string predicates use, so
-    tests bypass it unless `enforce_csp` (tests/e2e/test_dashboard_headers.py checks the pages under it)."""
-    context = _browser().new_context(viewport={"width": width, "height": height}, bypass_csp=not enforce_csp)
+    tests bypass it unless `enforce_csp` (tests/e2e/test_dashboard_headers.py checks the pages under it).
+    `color_scheme` is what prefers-color-scheme answers ("light" or "dark")."""
+    context = _browser().new_context(viewport={"width": width, "height": height}, bypass_csp=not enforce_csp,
+                                     color_scheme=color_scheme)
     try:
         if signed_in and _default_sign_in:
             url, token = _default_sign_in

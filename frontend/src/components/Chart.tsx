@@ -1,7 +1,10 @@
-import { useEffect, useRef } from "react";
+import { useEffect, useRef, type KeyboardEvent } from "react";
 import uPlot from "uplot";
 import "uplot/dist/uPlot.min.css";
+import { hiddenSeries, saveSeriesShown } from "../lib/chartState";
 import { fmtTick } from "../lib/format";
+import { resolveColor, useColorScheme } from "../lib/theme";
+import { zoomKey } from "./chartKeys";
 
 export type Line = {
   label: string;
@@ -24,6 +27,8 @@ type Props = {
   /** exposed as data-points so tests can count plotted points without reading pixels */
   points?: number;
   onZoom?: (min: number, max: number) => void;
+  /** back to the whole run: the "0" key on a focused chart */
+  onZoomReset?: () => void;
   /** pairs of indices into `lines` (upper, lower) to fill between */
   bands?: [number, number][];
   /** clamp the y axis (e.g. to keep a capacity line readable when some series go far above it) */
@@ -37,16 +42,20 @@ const STEP_INCRS = [1, 2, 5].flatMap((m) => Array.from({ length: 8 }, (_, e) => 
 export const PALETTE = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#be185d", "#65a30d"];
 
 /** A uPlot line chart that follows its container's width and updates in place when data changes. */
-export function Chart({ testid, title, x, lines, height = 220, xLabel = "step", yLabel, logX, xFormat, points, onZoom, yMax, bands, emptyText = "no data yet" }: Props) {
+export function Chart({ testid, title, x, lines, height = 220, xLabel = "step", yLabel, logX, xFormat, points, onZoom, onZoomReset, yMax, bands, emptyText = "no data yet" }: Props) {
   const box = useRef<HTMLDivElement>(null);
   const plot = useRef<uPlot | null>(null);
   const zoomCb = useRef(onZoom);
   zoomCb.current = onZoom;
-  const shape = lines.map((l) => `${l.label}|${l.color}|${l.dash ?? ""}`).join(",") + `|${logX}|${height}|${yMax}|${JSON.stringify(bands ?? [])}`;
+  const scheme = useColorScheme();  // canvas colours are resolved at creation: a switch of scheme redraws
+  const shape = lines.map((l) => `${l.label}|${l.color}|${l.dash ?? ""}`).join(",") + `|${logX}|${height}|${yMax}|${JSON.stringify(bands ?? [])}|${scheme}`;
 
   useEffect(() => {
     const el = box.current;
     if (!el) return;
+    const axis = { stroke: resolveColor("var(--chart-axis)"), grid: { stroke: resolveColor("var(--chart-grid)") },
+      ticks: { stroke: resolveColor("var(--chart-grid)") } };
+    const hidden = hiddenSeries(testid);  // switched off in the legend, as the page's URL says
     const opts: uPlot.Options = {
       width: Math.max(200, el.clientWidth),
       height,
@@ -56,11 +65,13 @@ export function Chart({ testid, title, x, lines, height = 220, xLabel = "step", 
       },
       axes: [
         {
+          ...axis,
           label: xLabel,
           values: xFormat ? (_u, vals) => vals.map((v) => xFormat(v)) : undefined,
           ...(logX ? {} : { incrs: STEP_INCRS }), // steps are whole numbers
         },
         {
+          ...axis,
           label: yLabel,
           size: 64,
           values: (_u, vals) => {
@@ -73,7 +84,8 @@ export function Chart({ testid, title, x, lines, height = 220, xLabel = "step", 
         { label: xLabel, value: xFormat ? (_u, v) => (v == null ? "–" : xFormat(v)) : undefined },
         ...lines.map((l) => ({
           label: l.label,
-          stroke: l.color,
+          stroke: resolveColor(l.color),
+          show: !hidden.has(l.label),
           width: l.width ?? 1.5,
           dash: l.dash,
           spanGaps: true,
@@ -84,6 +96,13 @@ export function Chart({ testid, title, x, lines, height = 220, xLabel = "step", 
       bands: bands?.map(([hi, lo]) => ({ series: [hi + 1, lo + 1] as [number, number], fill: "rgba(37,99,235,0.12)" })),
       cursor: { drag: { x: true, y: false } },
       hooks: {
+        // a legend click shows or hides a series: kept in the URL so a copied link opens the same selection
+        setSeries: [
+          (u, i) => {
+            const s = i == null ? undefined : u.series[i];
+            if (s && typeof s.label === "string") saveSeriesShown(testid, s.label, s.show !== false);
+          },
+        ],
         setSelect: [
           (u) => {
             if (u.select.width > 4 && zoomCb.current) {
@@ -112,8 +131,19 @@ export function Chart({ testid, title, x, lines, height = 220, xLabel = "step", 
   }, [x, lines]);
 
   const n = points ?? x.length;
+  const keys = onZoom ? {
+    tabIndex: 0, role: "group",
+    "aria-label": `${title}: + and - zoom, left and right arrows pan, 0 shows the whole run`,
+    onKeyDown: (e: KeyboardEvent) => {
+      const next = zoomKey(e.key, x[0], x[x.length - 1]);  // the steps shown (a zoom loads only its range)
+      if (next === null) return;
+      e.preventDefault();
+      if (next === "reset") onZoomReset?.();
+      else onZoom(next[0], next[1]);
+    },
+  } : {};
   return (
-    <div className="chart card" data-testid={testid} data-points={n}>
+    <div className="chart card" data-testid={testid} data-points={n} {...keys}>
       <div className="chart-title">
         {title} <span className="muted">({n} points)</span>
       </div>

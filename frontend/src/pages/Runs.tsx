@@ -1,5 +1,6 @@
 import { useCallback, useEffect, useMemo, useRef, useState } from "react";
 import { RunActions, StateBadge } from "../components/RunActions";
+import { SortHeader } from "../components/SortHeader";
 import { api, gpuName, TERMINAL, type Run, type RunState } from "../lib/api";
 import { fmtDuration, fmtNum, fmtSeq, fmtTime, fmtValue, parseTime } from "../lib/format";
 import { navigate } from "../lib/route";
@@ -129,10 +130,8 @@ export function Runs() {
           <tr>
             <th className="sel" />
             {COLS.map((c) => (
-              <th key={c.key} className={`sortable ${c.cls ?? ""}`} data-testid={`sort-${c.key}`}
-                onClick={() => setSort((s) => ({ key: c.key, dir: s.key === c.key ? (-s.dir as 1 | -1) : 1 }))}>
-                {c.label}{sort.key === c.key ? (sort.dir === 1 ? " ▲" : " ▼") : ""}
-              </th>
+              <SortHeader key={c.key} label={c.label} className={c.cls} testid={`sort-${c.key}`} active={sort.key === c.key} dir={sort.dir}
+                onSort={() => setSort((s) => ({ key: c.key, dir: s.key === c.key ? (-s.dir as 1 | -1) : 1 }))} />
             ))}
             <th>actions</th>
           </tr>

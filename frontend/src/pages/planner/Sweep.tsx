@@ -2,6 +2,7 @@ import { useMemo } from "react";
 import { Chart, PALETTE, type Line } from "../../components/Chart";
 import type { Sweep } from "../../lib/api";
 import { fmtNum, fmtSeq } from "../../lib/format";
+import { INK } from "../../lib/theme";
 
 /** Device memory vs seq_len for each sp_size, with the GPU capacity line, and the max context table. */
 export function SweepView({ sweep, currentSp, onPick }: {
@@ -14,7 +15,7 @@ export function SweepView({ sweep, currentSp, onPick }: {
       color: PALETTE[i % PALETTE.length],
       width: s.sp_size === currentSp ? 3 : 1.5,
     })),
-    { label: "capacity", values: sweep.seq_lens.map(() => sweep.gpu_capacity_gib ?? 0), color: "#111", dash: [6, 4] },
+    { label: "capacity", values: sweep.seq_lens.map(() => sweep.gpu_capacity_gib ?? 0), color: INK, dash: [6, 4] },
   ], [sweep, currentSp]);
   const points = sweep.series.reduce((n, s) => n + s.device_total_gib.filter((v) => v !== null).length, 0);
   return (

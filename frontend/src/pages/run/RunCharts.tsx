@@ -1,16 +1,21 @@
-import { useMemo, useState } from "react";
+import { useEffect, useMemo, useState } from "react";
 import { Chart, PALETTE, type Line } from "../../components/Chart";
+import { ShareLink } from "../../components/ShareLink";
+import { StepBreakdown } from "../../components/StepBreakdown";
+import { readPlannerLines, readSmoothing, savePlannerLines, saveSmoothing, saveZoom } from "../../lib/chartState";
+import { INK } from "../../lib/theme";
 import type { Run } from "../../lib/api";
 import { ema, fmtNum } from "../../lib/format";
 import { EvalCharts } from "./EvalCharts";
 import { aligned, single } from "./series";
 import type { Store, Zoom } from "./useRunData";
 
+const SMOOTHING = 0.6;  // the loss EMA factor a page opens with (a shared link may give another)
 type Props = { run: Run; store: Store; version: number; zoom: Zoom; setZoom: (z: Zoom) => void };
 
-function MetricChart({ store, version, name, title, testid, predicted, onZoom, scale = 1, showPlanner = true }: {
+function MetricChart({ store, version, name, title, testid, predicted, onZoom, onZoomReset, scale = 1, showPlanner = true }: {
   store: Store; version: number; name: string; title: string; testid: string;
-  predicted?: number | null; onZoom: (a: number, b: number) => void; scale?: number; showPlanner?: boolean;
+  predicted?: number | null; onZoom: (a: number, b: number) => void; onZoomReset: () => void; scale?: number; showPlanner?: boolean;
 }) {
   const { x, lines, offScale } = useMemo(() => {
     const s = single(store, name);
@@ -21,7 +26,7 @@ function MetricChart({ store, version, name, title, testid, predicted, onZoom, s
     const seen = y.filter((v): v is number => v !== null && v > 0);
     const offScale = predicted != null && predicted > 0 && seen.length > 0
       && (predicted > 10 * Math.max(...seen) || predicted < Math.min(...seen) / 10);
-    if (predicted != null && showPlanner && !offScale) lines.push({ label: "planner", values: s.x.map(() => predicted), color: "#111", dash: [6, 4] });
+    if (predicted != null && showPlanner && !offScale) lines.push({ label: "planner", values: s.x.map(() => predicted), color: INK, dash: [6, 4] });
     return { x: s.x, lines, offScale };
     // eslint-disable-next-line react-hooks/exhaustive-deps
   }, [store, version, name, predicted, scale, showPlanner]);
@@ -32,13 +37,13 @@ function MetricChart({ store, version, name, title, testid, predicted, onZoom, s
   const reportsSteps = x.length === 0 && single(store, "loss").x.length > 0;
   const emptyText = !reportsSteps ? "no data yet"
     : name === "mfu" ? "not reported: MFU needs a GPU's peak TFLOPS (null on CPU ranks)" : "not reported by this run";
-  return <Chart testid={testid} title={full} x={x} lines={lines} onZoom={onZoom} height={180} emptyText={emptyText} />;
+  return <Chart testid={testid} title={full} x={x} lines={lines} onZoom={onZoom} onZoomReset={onZoomReset} height={180} emptyText={emptyText} />;
 }
 
 /** One line per rank of a metric every rank reports (the system figures). */
-function RankChart({ store, version, name, title, testid, onZoom, noData }: {
+function RankChart({ store, version, name, title, testid, onZoom, onZoomReset, noData }: {
   store: Store; version: number; name: string; title: string; testid: string; onZoom: (a: number, b: number) => void;
-  noData?: string;
+  onZoomReset: () => void; noData?: string;
 }) {
   const { x, lines, n } = useMemo(() => {
     const a = aligned(store, name);
@@ -50,7 +55,7 @@ function RankChart({ store, version, name, title, testid, onZoom, noData }: {
     // eslint-disable-next-line react-hooks/exhaustive-deps
   }, [store, version, name]);
   const reportsSteps = x.length === 0 && single(store, "loss").x.length > 0;
-  return <Chart testid={testid} title={title} x={x} lines={lines} points={n} onZoom={onZoom} height={160}
+  return <Chart testid={testid} title={title} x={x} lines={lines} points={n} onZoom={onZoom} onZoomReset={onZoomReset} height={160}
     emptyText={noData ?? (reportsSteps ? "not reported by this run" : "no data yet")} />;
 }
 
@@ -63,17 +68,17 @@ const GPU_CHARTS: [string, string, string][] = [
 
 /** Host and GPU figures per rank (worker/trainer/system.py). A run on CPU ranks has no GPU to read: its GPU
  * charts say so instead of waiting for data. */
-function SystemCharts({ run, store, version, onZoom }: { run: Run; store: Store; version: number; onZoom: (a: number, b: number) => void }) {
+function SystemCharts({ run, store, version, onZoom, onZoomReset }: { run: Run; store: Store; version: number; onZoom: (a: number, b: number) => void; onZoomReset: () => void }) {
   const noGpu = run.device === "cpu" ? "no GPU: this run ran on CPU ranks" : undefined;
   return (
     <details className="card" open data-testid="system-charts" data-no-gpu={noGpu ? "true" : "false"}>
       <summary>System (per rank)</summary>
       <div className="chart-grid">
-        <RankChart store={store} version={version} name="cpu_percent" title="CPU of the rank's process (% of one core)" testid="cpu-chart" onZoom={onZoom} />
-        <RankChart store={store} version={version} name="rss_gib" title="resident memory of the rank (GiB)" testid="rss-chart" onZoom={onZoom} />
-        <RankChart store={store} version={version} name="host_cpu_percent" title="host CPU (% of all cores)" testid="host-cpu-chart" onZoom={onZoom} />
+        <RankChart store={store} version={version} name="cpu_percent" title="CPU of the rank's process (% of one core)" testid="cpu-chart" onZoom={onZoom} onZoomReset={onZoomReset} />
+        <RankChart store={store} version={version} name="rss_gib" title="resident memory of the rank (GiB)" testid="rss-chart" onZoom={onZoom} onZoomReset={onZoomReset} />
+        <RankChart store={store} version={version} name="host_cpu_percent" title="host CPU (% of all cores)" testid="host-cpu-chart" onZoom={onZoom} onZoomReset={onZoomReset} />
         {GPU_CHARTS.map(([name, title, testid]) => (
-          <RankChart key={name} store={store} version={version} name={name} title={title} testid={testid} onZoom={onZoom} noData={noGpu} />
+          <RankChart key={name} store={store} version={version} name={name} title={title} testid={testid} onZoom={onZoom} onZoomReset={onZoomReset} noData={noGpu} />
         ))}
       </div>
     </details>
@@ -81,9 +86,11 @@ function SystemCharts({ run, store, version, onZoom }: { run: Run; store: Store;
 }
 
 export function RunCharts({ run, store, version, zoom, setZoom }: Props) {
-  const [smooth, setSmooth] = useState(0.6);
-  const [showPlanner, setShowPlanner] = useState(true);
-  const onZoom = (a: number, b: number) => setZoom({ start: Math.floor(a), end: Math.ceil(b) });
+  const [smooth, setSmooth] = useState(() => readSmoothing() ?? SMOOTHING);
+  const [showPlanner, setShowPlanner] = useState(readPlannerLines);
+  useEffect(() => { saveZoom(zoom); saveSmoothing(smooth, SMOOTHING); savePlannerLines(showPlanner); }, [zoom, smooth, showPlanner]);
+  const onZoom = (a: number, b: number) => setZoom({ start: Math.max(0, Math.floor(a)), end: Math.ceil(b) });
+  const onZoomReset = () => setZoom(null);
   // The planner predicts the plan's GPU; a run on CPU ranks is not comparable to it, so no planner figure is drawn.
   const onCpu = run.device === "cpu";
   const predictedPeak = onCpu ? null : run.estimate?.memory?.peak_allocated_gib ?? null;
@@ -131,7 +138,7 @@ export function RunCharts({ run, store, version, zoom, setZoom }: Props) {
     });
     const equalRanks = lines.filter((l) => l.label.includes("(= rank")).length;
     if (predictedPeak != null && a.x.length && showPlanner) {
-      lines.push({ label: "planner peak", values: a.x.map(() => predictedPeak), color: "#111", dash: [6, 4], width: 2 });
+      lines.push({ label: "planner peak", values: a.x.map(() => predictedPeak), color: INK, dash: [6, 4], width: 2 });
     }
     let measured: number | null = null;
     for (const v of a.values) for (const p of v) if (p !== null && (measured === null || p > measured)) measured = p;
@@ -155,30 +162,32 @@ export function RunCharts({ run, store, version, zoom, setZoom }: Props) {
         {onCpu ? <span className="muted" data-testid="planner-hidden-cpu">planner predictions hidden: this run ran on CPU ranks, the planner predicts the plan's GPU</span> : null}
         {zoom ? (
           <span>
-            steps {zoom.start}–{zoom.end}{" "}
+            <span data-testid="zoom-range">steps {zoom.start}–{zoom.end}</span>{" "}
             <button type="button" data-testid="zoom-reset" onClick={() => setZoom(null)}>reset zoom</button>
           </span>
-        ) : <span className="muted">drag on a chart to zoom</span>}
+        ) : <span className="muted">drag on a chart to zoom (or focus it: + / - / arrows / 0)</span>}
+        <ShareLink />
       </div>
+      <StepBreakdown run={run} store={store} version={version} onZoom={onZoom} onZoomReset={onZoomReset} />
       <div className="chart-grid">
-        <Chart testid="loss-chart" title="loss" x={loss.x} lines={loss.lines} points={loss.n} bands={loss.bands} onZoom={onZoom} height={240} />
+        <Chart testid="loss-chart" title="loss" x={loss.x} lines={loss.lines} points={loss.n} bands={loss.bands} onZoom={onZoom} onZoomReset={onZoomReset} height={240} />
         <div data-testid="memory-chart-wrap" data-predicted-gib={predictedPeak ?? ""} data-measured-gib={memory.measured ?? ""} data-equal-ranks={memory.equalRanks}>
           <Chart testid="memory-chart" title={`peak allocated memory per rank (GiB)${memory.measured != null ? `: max ${fmtNum(memory.measured, 3)}` : ""}${predictedPeak != null ? `, planner ${fmtNum(predictedPeak, 3)}${showPlanner ? " dashed" : ""}` : ""}`}
-            x={memory.x} lines={memory.lines} points={memory.n} onZoom={onZoom} height={240} />
+            x={memory.x} lines={memory.lines} points={memory.n} onZoom={onZoom} onZoomReset={onZoomReset} height={240} />
         </div>
-        <MetricChart store={store} version={version} name="lr" title="learning rate" testid="lr-chart" onZoom={onZoom} showPlanner={showPlanner} />
-        <MetricChart store={store} version={version} name="grad_norm" title="grad norm" testid="grad-norm-chart" onZoom={onZoom} showPlanner={showPlanner} />
+        <MetricChart store={store} version={version} name="lr" title="learning rate" testid="lr-chart" onZoom={onZoom} onZoomReset={onZoomReset} showPlanner={showPlanner} />
+        <MetricChart store={store} version={version} name="grad_norm" title="grad norm" testid="grad-norm-chart" onZoom={onZoom} onZoomReset={onZoomReset} showPlanner={showPlanner} />
         <MetricChart store={store} version={version} name="tokens_per_s" title="tokens/s (job)" testid="tokens-chart"
-          predicted={thr?.tokens_per_s} onZoom={onZoom} showPlanner={showPlanner} />
+          predicted={thr?.tokens_per_s} onZoom={onZoom} onZoomReset={onZoomReset} showPlanner={showPlanner} />
         <MetricChart store={store} version={version} name="tflops_per_gpu" title="TFLOPS per GPU" testid="tflops-chart"
-          predicted={thr?.tflops_per_gpu} onZoom={onZoom} showPlanner={showPlanner} />
+          predicted={thr?.tflops_per_gpu} onZoom={onZoom} onZoomReset={onZoomReset} showPlanner={showPlanner} />
         <MetricChart store={store} version={version} name="mfu" title="MFU (%)" testid="mfu-chart"
-          predicted={thr ? thr.mfu * 100 : null} scale={100} onZoom={onZoom} showPlanner={showPlanner} />
+          predicted={thr ? thr.mfu * 100 : null} scale={100} onZoom={onZoom} onZoomReset={onZoomReset} showPlanner={showPlanner} />
         <MetricChart store={store} version={version} name="step_time_s" title="step time (s)" testid="step-time-chart"
-          predicted={thr?.step_time_s} onZoom={onZoom} showPlanner={showPlanner} />
+          predicted={thr?.step_time_s} onZoom={onZoom} onZoomReset={onZoomReset} showPlanner={showPlanner} />
       </div>
       <EvalCharts store={store} version={version} />
-      <SystemCharts run={run} store={store} version={version} onZoom={onZoom} />
+      <SystemCharts run={run} store={store} version={version} onZoom={onZoom} onZoomReset={onZoomReset} />
     </div>
   );
 }

@@ -1,4 +1,5 @@
 import { useEffect, useMemo, useRef, useState } from "react";
+import { CheckpointDownload } from "../../components/CheckpointDownload";
 import { RunActions, StateBadge } from "../../components/RunActions";
 import { api, gpuName, type Fix, type Plan, type Run, type RunEvent } from "../../lib/api";
 import { can, useAuth } from "../../lib/auth";
@@ -67,6 +68,7 @@ function Checkpoints({ run, onChange }: { run: Run; onChange: (r: Run) => void }
               <tr key={ref} data-testid={`checkpoint-${c.stage}-${c.step}`}>
                 <td>{c.stage}</td><td>{c.step}</td><td>{fmtGiB(c.bytes / 2 ** 30)}</td><td>{fmtTime(c.saved_at)}</td>
                 <td>
+                  {c.complete !== false ? <CheckpointDownload runId={run.id} stage={c.stage} step={c.step} /> : null}{" "}
                   {retryable && c.complete !== false && asking !== ref ? (
                     <button type="button" data-testid={`resume-from-${c.stage}-${c.step}`} onClick={() => setAsking(ref)}>
                       Resume from here

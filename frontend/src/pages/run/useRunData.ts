@@ -1,4 +1,5 @@
 import { useCallback, useEffect, useRef, useState } from "react";
+import { readZoom } from "../../lib/chartState";
 import { api, ApiError, TERMINAL, type Run, type StreamPoint } from "../../lib/api";
 
 /** name -> rank -> step -> value */
@@ -25,7 +26,7 @@ export function useRunData(id: number) {
   const [error, setError] = useState("");
   const [version, setVersion] = useState(0);
   const [live, setLive] = useState<"connecting" | "open" | "closed">("connecting");
-  const [zoom, setZoom] = useState<Zoom>(null);
+  const [zoom, setZoom] = useState<Zoom>(readZoom);  // a shared link's zoom (lib/chartState.ts)
   const [lastPointAt, setLastPointAt] = useState<number | null>(null);
   const store = useRef<Store>(new Map());
   const dirty = useRef(false);

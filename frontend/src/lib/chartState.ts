@@ -1,0 +1,84 @@
+// The run page's chart state in the hash route's query, so a copied link opens the same view:
+//   #/runs/12?zoom=20-60&smooth=0.3&planner=0&hide=loss-chart~EMA&hide=cpu-chart~rank%201
+// zoom: the step range the charts show; smooth: the loss EMA factor; planner=0: planner lines off;
+// hide (repeated): a series switched off in one chart's legend, as <chart testid>~<series label>.
+// Writes use history.replaceState, which fires no hashchange: the page is not re-routed or re-mounted.
+
+export type StepRange = { start: number; end: number };
+
+function query(): URLSearchParams {
+  const hash = window.location.hash;
+  const at = hash.indexOf("?");
+  return new URLSearchParams(at < 0 ? "" : hash.slice(at + 1));
+}
+
+function write(q: URLSearchParams) {
+  const path = window.location.hash.split("?")[0] || "#/";
+  const text = q.toString();
+  const url = `${window.location.pathname}${window.location.search}${path}${text ? `?${text}` : ""}`;
+  if (url !== `${window.location.pathname}${window.location.search}${window.location.hash}`) {
+    window.history.replaceState(window.history.state, "", url);
+  }
+}
+
+function setParam(key: string, value: string | null) {
+  const q = query();
+  if (value === null) q.delete(key);
+  else q.set(key, value);
+  write(q);
+}
+
+/** The zoomed step range in the URL ("zoom=20-60"), or null (whole run; also for a malformed value). */
+export function readZoom(): StepRange | null {
+  const m = /^(\d+)-(\d+)$/.exec(query().get("zoom") ?? "");
+  if (!m) return null;
+  const start = Number(m[1]);
+  const end = Number(m[2]);
+  return end > start ? { start, end } : null;
+}
+
+export function saveZoom(zoom: StepRange | null) {
+  setParam("zoom", zoom ? `${zoom.start}-${zoom.end}` : null);
+}
+
+/** The EMA smoothing in the URL, within [0, 0.99], or null. */
+export function readSmoothing(): number | null {
+  const raw = query().get("smooth");
+  const v = raw === null || raw === "" ? NaN : Number(raw);
+  return Number.isFinite(v) && v >= 0 && v <= 0.99 ? v : null;
+}
+
+export function saveSmoothing(v: number, byDefault: number) {
+  setParam("smooth", v === byDefault ? null : String(v));
+}
+
+/** Whether the planner's lines are drawn: only "planner=0" turns them off. */
+export function readPlannerLines(): boolean {
+  return query().get("planner") !== "0";
+}
+
+export function savePlannerLines(on: boolean) {
+  setParam("planner", on ? null : "0");
+}
+
+const SEP = "~";
+
+/** The series labels switched off in one chart's legend. */
+export function hiddenSeries(chart: string): Set<string> {
+  const prefix = `${chart}${SEP}`;
+  return new Set(query().getAll("hide").filter((h) => h.startsWith(prefix)).map((h) => h.slice(prefix.length)));
+}
+
+export function saveSeriesShown(chart: string, label: string, shown: boolean) {
+  const q = query();
+  const key = `${chart}${SEP}${label}`;
+  const rest = q.getAll("hide").filter((h) => h !== key);
+  q.delete("hide");
+  for (const h of shown ? rest : [...rest, key]) q.append("hide", h);
+  write(q);
+}
+
+/** The link to this view: the page's URL with the state above. */
+export function shareUrl(): string {
+  return window.location.href;
+}
