@@ -267,7 +267,8 @@ def checkpoints(run: Run) -> list[dict]:
         if not ckpt.is_dir() or not step.isdigit():
             continue
         files = [f for f in ckpt.rglob("*") if f.is_file()]
-        out.append({"stage": ckpt.parent.name, "step": int(step), "bytes": sum(f.stat().st_size for f in files),
+        out.append({"name": f"{ckpt.parent.name}-{ckpt.name}", "stage": ckpt.parent.name, "step": int(step),
+                    "bytes": sum(f.stat().st_size for f in files),
                     "saved_at": datetime.fromtimestamp(ckpt.stat().st_mtime, UTC),
                     "complete": (ckpt / "trainer_state.json").is_file()})
     return sorted(out, key=lambda c: (c["saved_at"], c["step"]), reverse=True)
