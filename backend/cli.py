@@ -39,7 +39,7 @@ def plan(
     not valid, with every broken field named. With --import, the plan a DeepSpeed setup describes (exit 1 if the
     setup has errors)."""
     import plan as planner
-    from plan.report import text_report
+    from plan.report import recommend_report, text_report
 
     if import_path is not None:
         _import(import_path, launch, accelerate_config, training_args, gpu, gpus_per_node)
@@ -68,7 +68,7 @@ def plan(
         else:
             answer = planner.compare_sp_methods(data)
             ok = answer["valid"]
-        typer.echo(json.dumps(answer, indent=1))
+        typer.echo(recommend_report(answer) if recommend and text else json.dumps(answer, indent=1))
         raise typer.Exit(0 if ok else 1)
     result = planner.max_seq_len(data) if max_seq else planner.estimate(data)
     est = result["estimate"] if max_seq else result

@@ -20,8 +20,9 @@ from typing import Any
 from . import catalog
 from .errors import FieldError
 from .estimator import estimate
+from .exports import exports
 from .fix import fix
-from .launch import dry_run, exports
+from .launch import dry_run
 from .model import Plan, RunSection
 from .recommend import recommend
 from .ring import compare as compare_sp_methods

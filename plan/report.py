@@ -86,3 +86,55 @@ def text_report(plan: dict, estimate: dict, max_seq: int | None = None, safe: in
         lines.append(f"  {_parts(t['time_breakdown_s'], ' s', '.4g')}")
     lines += [f"warning: {w['field']}: {w['message']}" for w in estimate.get("warnings", [])]
     return "\n".join(lines)
+
+
+def recommend_report(answer: dict) -> str:
+    """`ulab plan --recommend --text`: the fitting configurations best first, each with its verdict, speed and the
+    reasons for its choices, then the nearest rejected ones with why (the JSON's `recommendations`, `rejected`)."""
+    if answer.get("errors"):
+        return "\n".join(["not a valid plan:"] + [f"  {e['field']}: {e['message']}" for e in answer["errors"]])
+    found, lines = answer.get("recommendations", []), []
+    lines.append(f"{len(found)} configuration{'s' if len(found) != 1 else ''} fit{'s' if len(found) == 1 else ''}"
+                 + (", best first:" if found else ""))
+    for i, rec in enumerate(found, start=1):
+        spec = validate(rec["plan"]).spec
+        m, t = rec["estimate"]["memory"], rec["estimate"]["throughput"]
+        setup = f"{_setup(spec)}, micro batch {spec.plan.training.micro_batch_size}, {spec.attn}" if spec else "?"
+        lines.append(f"{i}. {setup}")
+        lines.append(f"   {verdict_words(m)}; {_si(t['tokens_per_s'])} tokens/s ({_si(t['tokens_per_s_per_gpu'])} "
+                     f"per GPU), {t['step_time_s']:.4g} s per step, MFU {100 * t['mfu']:.1f}%")
+        lines += [f"   - {r}" for r in rec.get("reasons", [])]
+    if answer.get("rejected"):
+        lines.append("nearest rejected:")
+        for rej in answer["rejected"]:
+            spec = validate(rej["plan"]).spec
+            lines.append(f"  {_setup(spec) if spec is not None else '?'}: {rej['why']}")
+    return "\n".join(lines)
+
+
+def _short(n: float, units: tuple[tuple[float, str], ...]) -> str:
+    for div, suffix in units:
+        if n >= div and n % div == 0:
+            return f"{n / div:.0f}{suffix}"
+        if n >= div:
+            return f"{n / div:.3g}{suffix}"
+    return f"{n:g}"
+
+
+def default_run_name(plan: dict) -> str:
+    """What an unnamed run is called: the model (its preset's own name, else the config's model type and size),
+    the layout and the context, e.g. "llama-3.1-8b sp8 128K", "llama-140K sp2 dp2 512"."""
+    v = validate(plan)
+    spec = v.spec
+    if spec is None:
+        return "unnamed"
+    preset = (plan.get("model") or {}).get("preset")
+    if preset:
+        model = str(preset).rsplit("/", 1)[-1].lower()
+    else:
+        kind = ((plan.get("model") or {}).get("config") or {}).get("model_type") or "model"
+        model = f"{kind}-{_short(spec.model.total_params, ((1e9, 'B'), (1e6, 'M'), (1e3, 'K')))}"
+    layout = f"sp{spec.sp}" + (f" dp{spec.dp}" if spec.dp > 1 else "") + (
+        f" {spec.num_nodes} nodes" if spec.num_nodes > 1 else "")
+    seq = _short(spec.seq_len, ((1 << 20, "M"), (1 << 10, "K"))) if spec.seq_len % 1024 == 0 else f"{spec.seq_len}"
+    return f"{model} {layout} {seq}"

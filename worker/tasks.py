@@ -19,6 +19,7 @@ from backend.core.db import session_scope
 from backend.core.logs import tail_lines
 from backend.core.queue import EXECUTE_RUN
 from backend.core.settings import get_settings
+from backend.metrics import alerts
 from backend.runs import transitions
 from backend.runs.models import Run
 from backend.runs.states import RunState
@@ -28,7 +29,16 @@ from worker.celery_app import celery_app
 from worker.process import AttemptProcesses, start_group
 from worker.shipper import MetricShipper
 from worker.trainer.attempt import attempt_tag, lock_file
-from worker.trainer.exits import EXIT_OOM, LAST_WORDS_ENV, attempt_lines, describe_exit, known_cause, says_out_of_memory
+from worker.trainer.exits import (
+    EXIT_OOM,
+    EXIT_STOPPED,
+    LAST_WORDS_ENV,
+    attempt_lines,
+    describe_exit,
+    known_cause,
+    says_out_of_memory,
+)
+from worker.trainer.guard import read_stopped
 
 log = logging.getLogger(__name__)
 TICK_S = 0.5
@@ -61,6 +71,8 @@ def exit_state(code: int, cancelled: bool, log_tail: str) -> RunState:
         return RunState.CANCELLED
     if code == 0:
         return RunState.SUCCEEDED
+    if code == EXIT_STOPPED:  # the trainer stopped itself on a stop rule (worker/trainer/guard.py)
+        return RunState.STOPPED
     return RunState.OOM if code == EXIT_OOM or says_out_of_memory(log_tail) else RunState.FAILED
 
 
@@ -279,9 +291,12 @@ def supervise(run: Run, settings) -> str:
     code, stopped, shipped, left = watch_and_ship(
         procs, shipper, lambda: transitions.heartbeat(run.id, run.attempt, shipper.last_step), settings,
         stop_wait_s(run.spec, settings))
+    rule = read_stopped(run_dir, run.attempt) if code == EXIT_STOPPED else None
+    if rule is not None:  # the same alert row the API raises from the shipped metrics, unless it has already
+        alerts.trainer_stopped(run.id, run.attempt, rule["kind"], int(rule["step"]), str(rule["message"]))
     log_tail = "\n".join(tail_lines(log_path, LOG_TAIL_LINES))
     words = last_words_file(run.id, run.attempt, 0)
-    cause = attempt_cause(log_path, words) if code != 0 and not stopped else None
+    cause = attempt_cause(log_path, words) if code not in (0, EXIT_STOPPED) and not stopped else None
     words.unlink(missing_ok=True)
     state = exit_state(code, stopped, f"{log_tail}\n{cause or ''}")
     reason = None if state == RunState.SUCCEEDED else (

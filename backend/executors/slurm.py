@@ -51,6 +51,7 @@ from plan.launch import stop_grace_s
 
 log = logging.getLogger(__name__)
 EXIT_OOM = 3  # the trainer's exit code for out of memory (worker/trainer/exits.py; backend never imports worker)
+EXIT_STOPPED = 76  # the trainer stopped itself on a stop rule (worker/trainer/guard.py)
 LOG_TAIL_LINES = 30
 SLURM_TIMEOUT_S = 30.0
 
@@ -352,6 +353,8 @@ class Poller:
             final = ENDED.get(job.state, RunState.FAILED)
             if final == RunState.FAILED and job.exit_code == EXIT_OOM:
                 final = RunState.OOM
+            elif final == RunState.FAILED and job.exit_code == EXIT_STOPPED:
+                final = RunState.STOPPED
             reason = None if final == RunState.SUCCEEDED else failure_reason(run.id, job, self.settings)
         if final == RunState.SUCCEEDED:  # a probe's result is stored before the run reads succeeded
             record_probe(run.id)

@@ -27,7 +27,11 @@ by orders of magnitude (the issue's lr=10 run: 6.2 -> 849 -> 3,112, so it fires 
 GPU hours go). Two steps are the fewest that give a reference that is not the untrained first loss alone.
 The grad-norm and throughput rules compare with a median, which one
 odd step does not move; they wait for MIN_HISTORY steps, and the throughput rule for SUSTAIN slow steps in a row, so
-the slow first step of an attempt or a step that also saved a checkpoint raises nothing."""
+the slow first step of an attempt or a step that also saved a checkpoint raises nothing.
+
+The NaN and divergence rules are defined once, in plan/guardrails.py: the trainer checks them too, at each step end,
+and stops itself the same step (worker/trainer/guard.py); its worker then records the same alert (`trainer_stopped`),
+one row whichever side sees it first."""
 from __future__ import annotations
 
 import math
@@ -37,26 +41,24 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from backend.core.db import session_scope
 from backend.metrics.models import MetricPoint
 from backend.metrics.schemas import PointIn
 from backend.runs import transitions
 from backend.runs.alert_rows import RunAlert
 from backend.runs.models import Run
 from backend.runs.states import ACTIVE, RunState
+from plan.guardrails import DIVERGENCE_FROM, WATCHED, WHAT, Divergence, non_finite, stop_reason
 from plan.model import RunSection
 
-DIVERGENCE_FROM = 3  # the attempt's first step at which the divergence rule may fire (steps 1-2: the reference)
+__all__ = ["DIVERGENCE_FROM", "WATCHED", "WHAT", "check", "check_stalls", "trainer_stopped"]
+
 HISTORY = 100  # steps the grad-norm and throughput medians look back over
 MIN_HISTORY = 10  # steps needed before either compares with its median
 SUSTAIN = 5  # slow steps in a row before tokens/s counts as dropped
 # The trainer's and the database's clocks may differ by this much (NTP keeps them far closer); an attempt starts at
 # least a model load after its predecessor's last step
 ATTEMPT_CLOCK_SLACK_S = 1.0
-WATCHED = ("loss", "grad_norm")  # the only names whose non-finite values are accepted (and alerted, not stored)
-# how a stopping rule names itself in the run's exit reason ("stopped: <what> (<message>)")
-WHAT = {"loss_nan": "loss is NaN/Inf", "grad_norm_nan": "grad_norm is NaN/Inf", "loss_diverged": "loss diverged",
-        "grad_norm_exploded": "grad norm exploded", "throughput_dropped": "tokens/s dropped",
-        "stalled": "no step arrived", "probe_failed": "smoke test failed"}
 MEMORY_POINTS = ("peak_allocated_gib", "peak_reserved_gib", "gpu_mem_used_gib")  # per rank, GiB
 
 
@@ -162,18 +164,14 @@ def this_attempts(run: Run, points: list[PointIn]) -> list[PointIn]:
 
 def _divergence(run: Run, points: list[PointIn], factor: float) -> tuple[int, str] | None:
     """(step, message) of the batch's first loss above `factor` x the attempt's running minimum, from the attempt's
-    DIVERGENCE_FROM-th step; updates the attempt's reference on the run (first loss step, lowest loss)."""
-    fired = None
-    for p in sorted((p for p in points if p.name == "loss" and p.rank == 0 and math.isfinite(p.value)),
-                    key=lambda p: p.step):
-        if run.attempt_loss_first_step is None or p.step < run.attempt_loss_first_step:
-            run.attempt_loss_first_step = p.step
-        low = run.attempt_loss_min
-        if (fired is None and low is not None and low > 0 and p.step >= run.attempt_loss_first_step
-                + DIVERGENCE_FROM - 1 and p.value > factor * low):
-            fired = p.step, (f"loss diverged: {p.value:.4g} at step {p.step} is above {factor:g} x this attempt's "
-                             f"lowest loss so far {low:.4g}")
-        run.attempt_loss_min = p.value if low is None else min(low, p.value)
+    DIVERGENCE_FROM-th step (plan/guardrails.Divergence); updates the attempt's reference on the run (first loss
+    step, lowest loss)."""
+    rule, fired = Divergence(factor, run.attempt_loss_first_step, run.attempt_loss_min), None
+    for p in sorted((p for p in points if p.name == "loss" and p.rank == 0), key=lambda p: p.step):
+        message = rule.observe(p.step, p.value)
+        if fired is None and message is not None:
+            fired = p.step, message
+    run.attempt_loss_first_step, run.attempt_loss_min = rule.first_step, rule.low
     return fired
 
 
@@ -197,8 +195,8 @@ def check(session: Session, run_id: int, points: list[PointIn]) -> list[RunAlert
     points = this_attempts(run, points)
     found: list[tuple[str, int, str, bool]] = []
     for p in sorted(points, key=lambda p: p.step):
-        if p.name in WATCHED and not math.isfinite(p.value):
-            found.append((f"{p.name}_nan", p.step, f"{p.name} is {p.value} at step {p.step}", rules.stop_on_nan))
+        if (bad := non_finite(p.name, p.value, p.step)) is not None:
+            found.append((bad[0], p.step, bad[1], rules.stop_on_nan))
             break
     if (diverged := _divergence(run, points, rules.divergence_factor)) is not None:
         found.append(("loss_diverged", *diverged, rules.stop_on_divergence))
@@ -219,11 +217,31 @@ def check(session: Session, run_id: int, points: list[PointIn]) -> list[RunAlert
 def _raise(session: Session, run: Run, have: set[str], kind: str, step: int, message: str, stop: bool) -> RunAlert:
     stopping = stop and RunState(run.state) in ACTIVE and not run.cancel_requested
     if stopping:
-        transitions.request_stop(run, f"stopped: {WHAT[kind]} ({message})", by=kind)
+        transitions.request_stop(run, stop_reason(kind, message), by=kind)
     alert = RunAlert(run_id=run.id, attempt=run.attempt, kind=kind, step=step, message=message, stopped=stopping)
     session.add(alert)
     have.add(kind)
     return alert
+
+
+def trainer_stopped(run_id: int, attempt: int, kind: str, step: int, message: str) -> bool:
+    """The trainer of `attempt` stopped itself on rule `kind` (worker/trainer/guard.py, the rules of
+    plan/guardrails.py): record the alert it stopped on and the run's stop reason, as `check` does at ingest. The
+    shipped metrics of that step raise the same alert there; whichever comes first writes the one row (per kind and
+    attempt), and the other does nothing. Committed. False when the alert was there already or the attempt is no
+    longer the run's live one."""
+    if kind not in WHAT:
+        return False
+    with session_scope() as session:
+        run = session.get(Run, run_id, with_for_update=True)
+        if run is None or run.attempt != attempt:
+            return False
+        have = set(session.scalars(select(RunAlert.kind).where(RunAlert.run_id == run_id,
+                                                               RunAlert.attempt == attempt)))
+        if kind in have:
+            return False
+        _raise(session, run, have, kind, step, message, True)
+        return True
 
 
 def check_stalls(session: Session, at: datetime | None = None) -> list[RunAlert]:

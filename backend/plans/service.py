@@ -12,7 +12,7 @@ from backend.api.errors import NotFound, UserError
 from backend.plans.models import Plan as PlanRow
 from backend.plans.schemas import PlanImport, PlanOut
 from plan import Plan, importer
-from plan.launch import export_files
+from plan.exports import export_files
 
 
 def valid_or_422(data: Plan | dict) -> Plan:
@@ -24,7 +24,7 @@ def valid_or_422(data: Plan | dict) -> Plan:
 
 
 def export_zip(data: Plan) -> bytes:
-    """The zip of every exported file (plan.launch.export_files); 422 for an invalid plan or one with no run."""
+    """The zip of every exported file (plan.exports.export_files); 422 for an invalid plan or one with no run."""
     plan = valid_or_422(data)
     if plan.run is None:
         raise UserError(422, "run", "missing: the exported plan.json is what the trainer runs, and it needs a run "

@@ -1,8 +1,8 @@
 """HTTP: runs — submit from a plan, approve, cancel, list, read, log tail."""
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query
-from fastapi.responses import PlainTextResponse
+from fastapi import APIRouter, Header, Path, Query
+from fastapi.responses import PlainTextResponse, StreamingResponse
 
 import plan as planner
 from backend.api.deps import Approver, Reader, RowId, SessionDep, Submitter
@@ -106,6 +106,19 @@ def run_events(run_id: RowId, session: SessionDep, _: Reader) -> list[EventOut]:
 def run_checkpoints(run_id: RowId, session: SessionDep, _: Reader) -> list[CheckpointOut]:
     """The run's checkpoints on disk, newest first (Retry resumes from the newest)."""
     return [CheckpointOut(**c) for c in service.checkpoints(service.get_run(session, run_id))]
+
+
+@router.get("/{run_id}/checkpoints/{name}", response_class=StreamingResponse,
+            responses={200: {"content": {"application/x-tar": {}}, "description": "the checkpoint directory"}})
+def download_checkpoint(run_id: RowId, name: Annotated[str, Path(min_length=1, max_length=200)],
+                        session: SessionDep, _: Reader) -> StreamingResponse:
+    """One checkpoint directory as a tar, streamed (`name`: `<stage>-checkpoint-<step>`, as the checkpoints list
+    names it); 404 naming a checkpoint that is not there."""
+    from backend.runs.checkpoint_tar import checkpoint_dir, tar_stream
+
+    directory = checkpoint_dir(service.get_run(session, run_id).run_dir, name)
+    return StreamingResponse(tar_stream(directory, name), media_type="application/x-tar", headers={
+        "Content-Disposition": f'attachment; filename="run-{run_id}-{name}.tar"'})
 
 
 @router.get("/{run_id}/fix")

@@ -142,6 +142,7 @@ class RetryIn(BaseModel):
 
 
 class CheckpointOut(BaseModel):
+    name: str = Field(description="<stage>-checkpoint-<step>: GET /api/runs/{id}/checkpoints/{name} downloads it")
     stage: str
     step: int
     bytes: int

@@ -30,6 +30,7 @@ from backend.runs.models import Run
 from backend.runs.nodes import RunNode
 from backend.runs.schemas import RunCreate, RunLabels
 from backend.runs.states import TERMINAL, IllegalTransition, RunState
+from plan.report import default_run_name
 
 log = logging.getLogger(__name__)
 TERMINAL_VALUES = frozenset(st.value for st in TERMINAL)
@@ -128,7 +129,8 @@ def create_run(session: Session, body: RunCreate, by: Principal, idempotency_key
     if executor != "slurm" and (body.slurm_partition or body.slurm_time_limit):
         raise UserError(422, "slurm_partition" if body.slurm_partition else "slurm_time_limit",
                         f"the queue of {gpu_name(spec)} runs on {executor}, not on Slurm")
-    run = Run(name=body.name or stored.name or f"plan {stored.id}", plan_id=stored.id, spec=spec,
+    # unnamed: "llama-3.1-8b sp8 128K" (the model, layout and context), not "plan 9"
+    run = Run(name=body.name or stored.name or default_run_name(spec), plan_id=stored.id, spec=spec,
               estimate=stored.estimate, priority=body.priority, steps=plan.total_steps(),
               submitted_by=by.token_id, max_retries=body.max_retries,  # state: pending_approval (the default)
               executor=executor, slurm_partition=body.slurm_partition, slurm_time_limit=body.slurm_time_limit,
@@ -267,7 +269,8 @@ def checkpoints(run: Run) -> list[dict]:
         if not ckpt.is_dir() or not step.isdigit():
             continue
         files = [f for f in ckpt.rglob("*") if f.is_file()]
-        out.append({"stage": ckpt.parent.name, "step": int(step), "bytes": sum(f.stat().st_size for f in files),
+        out.append({"name": f"{ckpt.parent.name}-{ckpt.name}", "stage": ckpt.parent.name, "step": int(step),
+                    "bytes": sum(f.stat().st_size for f in files),
                     "saved_at": datetime.fromtimestamp(ckpt.stat().st_mtime, UTC),
                     "complete": (ckpt / "trainer_state.json").is_file()})
     return sorted(out, key=lambda c: (c["saved_at"], c["step"]), reverse=True)

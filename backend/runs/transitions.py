@@ -59,7 +59,8 @@ def _end(session: Session, run: Run, state: RunState, reason: str | None,
     """Any terminal state: stamp the end and keep the attempt's outcome."""
     if state not in TERMINAL:
         raise IllegalTransition(run.state, state)
-    if run.stopped_by and state in (RunState.CANCELLED, RunState.SUCCEEDED):  # a rule stopped it (request_stop)
+    # a rule stopped it (request_stop; or the trainer itself, alerts.trainer_stopped)
+    if run.stopped_by and state in (RunState.CANCELLED, RunState.SUCCEEDED, RunState.STOPPED):
         state, reason = RunState.STOPPED, run.exit_reason
     _move(run, state, only_from)
     run.finished_at, run.exit_reason = now(), reason

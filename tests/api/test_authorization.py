@@ -46,6 +46,7 @@ ACCESS: dict[tuple[str, str], Permission | None] = {
     ("GET", "/api/runs"): P.READ,
     ("GET", "/api/runs/{run_id}"): P.READ,
     ("GET", "/api/runs/{run_id}/checkpoints"): P.READ,
+    ("GET", "/api/runs/{run_id}/checkpoints/{name}"): P.READ,
     ("GET", "/api/runs/{run_id}/events"): P.READ,
     ("PATCH", "/api/runs/{run_id}"): P.SUBMIT,
     ("POST", "/api/runs/{run_id}/approve"): P.APPROVE,

@@ -6,9 +6,10 @@ training_args.json in DeepSpeed's, Accelerate's and Transformers' own loaders. O
 The venv the wheel goes into: `python -m venv --system-site-packages` from the project's venv would see the base
 interpreter's packages, not the project venv's (torch, deepspeed, ... live there), and installing them again is
 minutes and gigabytes. So the venv is bare, a .pth file puts the project venv's site-packages after its own, and the
-wheel goes in with `pip install --no-deps`: `plan` and `worker` come from the wheel (asserted), every third-party
-package from the project venv. A .pth line only adds a path, so the project's own editable install (a .pth inside
-that site-packages) stays out."""
+wheel goes in as the exports say, with its `trainer` extra, but from no index: pip finds every requirement of the
+extra already satisfied there (a pin that the installed versions do not meet fails the install). `plan` and `worker`
+come from the wheel (asserted), every third-party package from the project venv. A .pth line only adds a path, so
+the project's own editable install (a .pth inside that site-packages) stays out."""
 from __future__ import annotations
 
 import io
@@ -55,8 +56,8 @@ def trainer_venv(tmp_path_factory) -> Path:
     run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
     site = Path(run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"]))
     (site / "project-venv.pth").write_text(sysconfig.get_path("purelib") + "\n")
-    run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--no-deps", "--no-index",
-         "-q", str(wheel)])
+    run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--no-index", "-q",
+         f"{wheel}[trainer]"])  # plan/exports.py TRAINER_WHEEL_INSTALL, from no index
     return venv
 
 

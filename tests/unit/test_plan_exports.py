@@ -9,7 +9,8 @@ import textwrap
 
 import pytest
 
-from plan.launch import MAIN_NODE_PLACEHOLDER, exports
+from plan.exports import exports
+from plan.launch import MAIN_NODE_PLACEHOLDER
 from tests.plans import qwen_plan
 
 # sp 4 x dp 2 over two nodes of 4 GPUs, grad_accum 8: DeepSpeed's batch is 1 x 8 x 2 = 16

@@ -187,3 +187,23 @@ def test_approval_reason_says_may_not_fit_for_a_tight_estimate():
     assert does_not_fit(tight) == (f"the estimate may not fit: {lo}-{hi} GiB per GPU (the range of published "
                                    "measurements), the GPU has 80.0 GiB")
     assert does_not_fit(estimate(qwen_plan())) is None
+
+
+def test_recommend_with_text_prints_the_same_answer_as_text():
+    """`--text` with `--recommend` (issue 28: it was ignored): the JSON's recommendations, in order, as lines."""
+    path = _write(GUIDE_512K)
+    answer = json.loads(CliRunner().invoke(ulab, ["plan", "--json", path, "--recommend"]).output)
+    res = CliRunner().invoke(ulab, ["plan", "--json", path, "--recommend", "--text"])
+    assert res.exit_code == 0, res.output
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(res.output)
+    found = answer["recommendations"]
+    assert found and res.output.startswith(f"{len(found)} configuration")
+    for i, rec in enumerate(found, start=1):  # each with its own speed and reasons, best first
+        tps = rec["estimate"]["throughput"]["tokens_per_s"]
+        block = res.output.split(f"\n{i}. ", 1)[1]
+        assert f"micro batch {rec['plan']['training']['micro_batch_size']}" in block.splitlines()[0]
+        assert rec["reasons"][0] in block
+        assert f"{tps / 1e3:.1f}k tokens/s" in block or f"{tps / 1e6:.1f}M tokens/s" in block
+    bad = CliRunner().invoke(ulab, ["plan", "--json", _write({"model": {"preset": "nope"}}), "--recommend", "--text"])
+    assert bad.exit_code == 1 and bad.output.startswith("not a valid plan:\n  hardware: hardware is required")

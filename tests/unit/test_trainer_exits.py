@@ -3,7 +3,7 @@ worker (the log tail), and one set of exit codes."""
 import pytest
 
 from worker.tasks import exit_state
-from worker.trainer.exits import EXIT_FAILED, EXIT_OK, EXIT_OOM, EXIT_PREEMPTED, says_out_of_memory
+from worker.trainer.exits import EXIT_FAILED, EXIT_OK, EXIT_OOM, EXIT_PREEMPTED, EXIT_STOPPED, says_out_of_memory
 
 
 @pytest.mark.parametrize("text", [
@@ -24,3 +24,4 @@ def test_other_failures_are_not_out_of_memory():
     assert exit_state(EXIT_OOM, cancelled=False, log_tail="") == "oom"
     assert exit_state(EXIT_OK, cancelled=False, log_tail="") == "succeeded"
     assert exit_state(EXIT_PREEMPTED, cancelled=True, log_tail="out of memory") == "cancelled"
+    assert exit_state(EXIT_STOPPED, cancelled=False, log_tail="out of memory") == "stopped"  # a stop rule fired

@@ -63,6 +63,7 @@ class StepMetricsCallback(TrainerCallback):
         self.run_spec = run_spec
         self.clock = StepClock()
         self.stopped_by_signal = False
+        self.last_step_loss: tuple[int, float] | None = None
         self.last_overhead = None
         self.world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
         self.rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
@@ -113,6 +114,7 @@ class StepMetricsCallback(TrainerCallback):
         self.trainer.loss_sum += loss
         self.trainer.loss_steps += 1
         step = self.step_offset + state.global_step
+        self.last_step_loss = (step, loss)  # the stop rules read it (guard.GuardCallback, registered after this)
         if self.writer is not None:
             rec = self._record(step, loss, table, mem)
             rec["metrics_overhead_s"] = self.last_overhead  # time the previous step spent in this callback

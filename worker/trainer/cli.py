@@ -49,6 +49,7 @@ from .exits import (
     EXIT_OK,
     EXIT_OOM,
     EXIT_PREEMPTED,
+    EXIT_STOPPED,
     describe_exit,
     say_last_words,
     says_out_of_memory,
@@ -219,6 +220,8 @@ def _launch_ranks(spec: RunSpec, plan_path: Path, run_dir: Path, resume: bool, l
     code = EXIT_FAILED
     if reason.startswith("preempted"):
         code = EXIT_PREEMPTED
+    elif reason.startswith("stopped: "):  # a stop rule (guard.py)
+        code = EXIT_STOPPED
     elif says_out_of_memory(reason):
         code = EXIT_OOM
     _say(reason or f"error: torchrun {describe_exit(rc)}")

@@ -2,7 +2,8 @@
 them, `ulab train` maps a rank's failure line onto them, and the worker maps them onto a run's final state.
 
 0 done; 1 training failed; 2 bad plan or data; 3 out of memory; 75 stopped by SIGTERM after saving a
-checkpoint (resume with --resume).
+checkpoint (resume with --resume); 76 stopped by a stop rule (`run.stop_on_nan` / `run.stop_on_divergence`, checked
+by the trainer at each step end: worker/trainer/guard.py) after saving a checkpoint, the alert in RUN_DIR/stopped.json.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import re
 import signal
 from pathlib import Path
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_OOM, EXIT_PREEMPTED = 0, 1, 2, 3, 75
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_OOM, EXIT_PREEMPTED, EXIT_STOPPED = 0, 1, 2, 3, 75, 76
 
 # CUDA's "CUDA out of memory", the trainer's own "out of memory on rank R", and the CPU allocator's
 # "DefaultCPUAllocator: can't allocate memory".

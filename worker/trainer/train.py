@@ -33,7 +33,8 @@ from .checkpoints import latest_checkpoint
 from .collectives import check_shared_run_dir, share_cores
 from .data import hold_back, last_row_padded, load_stage_rows, tokenizer_for
 from .evaluate import passkey, position_loss
-from .exits import EXIT_FAILED, EXIT_OK, EXIT_OOM, EXIT_PREEMPTED, say_last_words, says_out_of_memory
+from .exits import EXIT_FAILED, EXIT_OK, EXIT_OOM, EXIT_PREEMPTED, EXIT_STOPPED, say_last_words, says_out_of_memory
+from .guard import Guard, GuardCallback
 from .metrics import MemoryMeter, MetricsWriter, peak_tflops
 from .model import TiledLossHead, build_model, enable_tiled_mlp
 from .net import free_port
@@ -90,8 +91,9 @@ class _Attention:
 
 
 def run_stage(spec, run_dir: Path, stage_index: int, *, resume_from: Path | None, steps_done: int,
-              attn: str, writer, rank: int):
-    """Train one stage; returns the callback (which knows whether SIGTERM stopped it)."""
+              attn: str, writer, rank: int, guard: Guard | None = None):
+    """Train one stage; returns the callback (which knows whether SIGTERM stopped it; `guard.fired`, whether a stop
+    rule did)."""
     from accelerate.parallelism_config import ParallelismConfig
     from accelerate.utils import DeepSpeedSequenceParallelConfig
     from transformers import TrainingArguments, default_data_collator
@@ -160,6 +162,8 @@ def run_stage(spec, run_dir: Path, stage_index: int, *, resume_from: Path | None
         cb.evaluate_every = (spec.run.eval_every, evaluate_positions)
     if os.environ.get("ULAB_TRAINER_BARE") != "1":  # bench/trainer_overhead.py measures the loop without it
         trainer.add_callback(cb)
+        if guard is not None:  # after cb: it reads the step's gathered loss from it
+            trainer.add_callback(GuardCallback(cb, guard))
         trainer.add_callback(StatesCallback(trainer, run_dir, stage_index, spec.zero_stage))  # states.py
     t0 = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
@@ -167,7 +171,8 @@ def run_stage(spec, run_dir: Path, stage_index: int, *, resume_from: Path | None
         with open(Path(run_dir) / "stage_timings.jsonl", "a") as f:
             f.write(json.dumps({"stage": stage_index, "steps": trainer.state.global_step - (steps_done if resume_from
                                 else 0), "train_s": time.perf_counter() - t0}) + "\n")
-    if not cb.stopped_by_signal:  # the stage's evaluations of its final model
+    stopped = cb.stopped_by_signal or (guard is not None and guard.fired is not None)
+    if not stopped:  # the stage's evaluations of its final model
         last = step_offset + stage.steps
         if eval_rows is not None and last not in evaluated:
             evaluate_positions(last)
@@ -183,7 +188,7 @@ def run_stage(spec, run_dir: Path, stage_index: int, *, resume_from: Path | None
     if isinstance(head, TiledLossHead):  # save a plain model (stage i+1 and users load it as such)
         model.set_output_embeddings(head.head)
     last_stage = stage_index == len(spec.stages) - 1
-    if not cb.stopped_by_signal and not (last_stage and os.environ.get(SKIP_FINAL_SAVE_ENV) == "1"):
+    if not stopped and not (last_stage and os.environ.get(SKIP_FINAL_SAVE_ENV) == "1"):
         trainer.save_model(str(Path(run_dir) / "stages" / f"stage{stage_index}"))
     trainer.accelerator.free_memory()
     engine = getattr(trainer, "model_wrapped", None)
@@ -222,11 +227,17 @@ def train_this_rank(spec, run_dir: Path, resume: bool) -> int:
             mine.unlink(missing_ok=True)
             writer = MetricsWriter(mine)
         attention = _Attention(attn)
+        guard = Guard(spec.run)  # this attempt's stop rules (guard.py)
         for i in range(start_stage, len(spec.stages)):
             if i > start_stage:
                 attention.reset()
             cb = run_stage(spec, run_dir, i, resume_from=resume_from if i == start_stage else None,
-                           steps_done=steps_done if i == start_stage else 0, attn=attn, writer=writer, rank=rank)
+                           steps_done=steps_done if i == start_stage else 0, attn=attn, writer=writer, rank=rank,
+                           guard=guard)
+            if guard.reason is not None:  # a stop rule fired: the checkpoint is saved
+                if rank == 0:
+                    guard.write(run_dir, attempt)
+                return _fail(run_dir, rank, guard.reason, EXIT_STOPPED, quiet_trace=True)
             if cb.stopped_by_signal:
                 return _fail(run_dir, rank, f"preempted: signal {STOP['signal']} on rank {rank}; checkpoint saved, "
                                             f"continue with --resume", EXIT_PREEMPTED, quiet_trace=True)

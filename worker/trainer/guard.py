@@ -1,0 +1,91 @@
+"""The trainer checks the NaN and divergence stop rules itself, at each step end (plan/guardrails.py: the same
+definitions the API's alerts use), so a run that goes wrong stops on the step the rule fires, not a metrics ship and
+a heartbeat later (8 to ~39 tiny CPU steps; on a cluster, the next step of 32 GPUs).
+
+Every rank decides the same: the step's loss is the all-gathered sum (worker/trainer/callbacks.py) and the grad norm
+is DeepSpeed's global one, identical on every rank. A firing rule whose `run.stop_on_*` is on saves a checkpoint and
+ends training after this step, like a SIGTERM (callbacks.STOP); rank 0 writes the alert to RUN_DIR/stopped.json and
+every rank exits EXIT_STOPPED with the reason "stopped: <what> (<message>)" (train.py). The worker records the same
+alert row and ends the run `stopped` (backend/metrics/alerts.trainer_stopped); a rule that is off stops nothing here
+(the API still raises its alert). One Guard lives for one trainer process, which is one attempt: the rules re-arm on
+every attempt."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+from plan.guardrails import Divergence, non_finite, stop_reason
+
+STOPPED_FILE = "stopped.json"  # {"kind", "step", "message", "reason", "attempt"}
+
+
+class Guard:
+    """The attempt's stop rules, as the plan's run section sets them; `fired` is (kind, step, message) once one has
+    stopped the run."""
+
+    def __init__(self, run_section):
+        self.stop_on_nan = bool(run_section.stop_on_nan)
+        self.stop_on_divergence = bool(run_section.stop_on_divergence)
+        self.divergence = Divergence(run_section.divergence_factor)
+        self.fired: tuple[str, int, str] | None = None
+
+    def observe(self, step: int, loss: float, grad_norm: float | None) -> tuple[str, int, str] | None:
+        """Check this step's figures; answers (kind, step, message) of a rule that stops the run, else None."""
+        if self.fired is not None:
+            return self.fired
+        for name, value in (("loss", loss), ("grad_norm", grad_norm)):
+            bad = non_finite(name, value, step) if value is not None else None
+            if bad is not None:
+                if self.stop_on_nan:
+                    self.fired = (bad[0], step, bad[1])
+                return self.fired  # the NaN rule is the one that speaks for this step
+        message = self.divergence.observe(step, loss)
+        if message is not None and self.stop_on_divergence:
+            self.fired = ("loss_diverged", step, message)
+        return self.fired
+
+    @property
+    def reason(self) -> str | None:
+        return stop_reason(self.fired[0], self.fired[2]) if self.fired else None
+
+    def write(self, run_dir: Path, attempt: int) -> None:
+        """RUN_DIR/stopped.json: what the worker records as the run's alert (rank 0 only)."""
+        if self.fired is None:
+            return
+        kind, step, message = self.fired
+        (Path(run_dir) / STOPPED_FILE).write_text(json.dumps(
+            {"kind": kind, "step": step, "message": message, "reason": self.reason, "attempt": attempt}))
+
+
+def read_stopped(run_dir: Path, attempt: int) -> dict | None:
+    """The alert the trainer of `attempt` stopped on (RUN_DIR/stopped.json), or None."""
+    try:
+        found = json.loads((Path(run_dir) / STOPPED_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(found, dict) or found.get("attempt") != attempt:
+        return None
+    return found
+
+
+class GuardCallback(TrainerCallback):
+    """Registered right after the metrics callback (it reads that step's gathered loss from it): stops training
+    after this step, with a checkpoint, when a rule fires."""
+
+    def __init__(self, metrics, guard: Guard):
+        self.metrics, self.guard = metrics, guard
+
+    def on_step_end(self, args, state, control, **kw):
+        seen = getattr(self.metrics, "last_step_loss", None)  # (step, loss) of the step just ended
+        if seen is None or self.guard.fired is not None:
+            return control
+        step, loss = seen
+        grad_norm = getattr(self.metrics.trainer, "last_grad_norm", None)
+        grad = float(grad_norm) if isinstance(grad_norm, (int, float)) and not isinstance(grad_norm, bool) else None
+        if self.guard.observe(step, float(loss) if loss is not None else math.nan, grad) is not None:
+            control.should_save = True
+            control.should_training_stop = True
+        return control
