@@ -67,6 +67,18 @@ def effective_attn(plan: Plan, cuda: bool) -> str:
     return plan.training.attn_implementation if cuda else "sdpa"
 
 
+def bf16_block(dtype: str, bf16_optimizer_states: bool) -> dict:
+    """DeepSpeed's `bf16` section. `training.bf16_optimizer_states` sets both keys DeepSpeed 0.19.8 reads
+    (runtime/precision_config.py:63 bf16_master_weights_and_grads, :68 bf16_optimizer_states; runtime/config.py:710-714
+    asserts ZeRO 1-3 and that the first is on with the second): ZeRO keeps its master partition in bf16
+    (runtime/base_optimizer.py:484-526 `_configure_master_weights` returns torch.bfloat16) and torch AdamW's moments
+    follow the master dtype."""
+    block: dict[str, Any] = {"enabled": dtype == "bf16"}
+    if bf16_optimizer_states:
+        block.update({"bf16_master_weights_and_grads": True, "bf16_optimizer_states": True})
+    return block
+
+
 def deepspeed_config(data: Any) -> dict:
     """The DeepSpeed config the trainer hands to Transformers/Accelerate for this plan.
 
@@ -92,7 +104,7 @@ def deepspeed_config(data: Any) -> dict:
         "train_batch_size": "auto",
         "gradient_clipping": t.max_grad_norm,
         "zero_optimization": zero,
-        "bf16": {"enabled": t.dtype == "bf16"},
+        "bf16": bf16_block(t.dtype, t.bf16_optimizer_states),
         "fp16": {"enabled": t.dtype == "fp16"},
         # With the optimizer offloaded, Accelerate swaps the Trainer's torch AdamW for DeepSpeedCPUAdam (same
         # lr, betas, eps, weight decay; accelerate/utils/deepspeed.py map_pytorch_optim_to_deepspeed): the

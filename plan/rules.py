@@ -82,6 +82,14 @@ def _memory_switches(plan: Plan, errors: list[FieldError]) -> None:
     if t.bf16_optimizer_states and t.zero_stage == 0:
         errors.append(error("training.bf16_optimizer_states", "bf16_optimizer_states needs zero_stage 1, 2 or 3 "
                                                               "(DeepSpeed keeps bf16 master weights in ZeRO only)"))
+    if t.bf16_optimizer_states and t.offload_optimizer:
+        # DeepSpeed 0.19.8 supports it only with DeepSpeedCPUAdam(fp32_optimizer_states=False) and asserts otherwise
+        # (runtime/base_optimizer.py:508-518); the trainer's optimizer is the Transformers Trainer's AdamW, which
+        # Accelerate swaps for DeepSpeedCPUAdam(lr, weight_decay, adamw_mode) with fp32 states
+        # (accelerate/utils/deepspeed.py map_pytorch_optim_to_deepspeed), so such a run would stop at start-up.
+        errors.append(error("training.bf16_optimizer_states",
+                            "bf16_optimizer_states with offload_optimizer is not supported by `ulab train`: "
+                            "Accelerate builds the offloaded DeepSpeedCPUAdam with fp32 states; turn one of them off"))
     if t.document_len is not None and t.document_len > t.seq_len:
         errors.append(error("training.document_len", f"document_len ({t.document_len}) is longer than seq_len "
                                                      f"({t.seq_len}); leave it out for one document per sequence"))
@@ -162,11 +170,4 @@ def check(plan: Plan) -> tuple[cat.ModelSpec | None, cat.GpuSpec | None, list[Fi
     _run(plan, model, errors)
     if plan.training.dtype == "fp16":
         warnings.append(error("training.dtype", "fp16 needs loss scaling; bf16 is the usual choice"))
-    if plan.training.bf16_optimizer_states:
-        # The estimate prices DeepSpeed's bf16 master weights and moments; the DeepSpeed config Ulysses Lab trains
-        # with (plan/launch.py) does not set bf16_master_weights_and_grads / bf16_optimizer_states yet.
-        warnings.append(error("training.bf16_optimizer_states",
-                              "priced as bf16 master weights and moments (6 B/param); `ulab train` and the "
-                              "exports do not set DeepSpeed's bf16_optimizer_states yet, so a run keeps fp32 "
-                              "states (12 B/param)"))
     return model, gpu, errors, warnings

@@ -35,7 +35,9 @@ LOAD = textwrap.dedent("""
             print(json.dumps({"error": f"{type(e).__name__}: {e}"}))
         else:
             print(json.dumps({"train_batch_size": c.train_batch_size, "zero_stage": c.zero_optimization_stage,
-                              "offload": c.zero_config.offload_optimizer is not None}))
+                              "offload": c.zero_config.offload_optimizer is not None,
+                              "bf16_master_and_states": [c.bfloat16_config.bf16_master_weights_and_grads,
+                                                         c.bfloat16_config.bf16_optimizer_states]}))
 """)
 
 
@@ -56,8 +58,16 @@ def load_in_deepspeed(tmp_path, texts: list[str], dp: int) -> list[dict]:
 @pytest.mark.slow
 def test_the_resolved_deepspeed_json_loads_in_deepspeed_and_the_trainer_variant_is_labelled(tmp_path):
     x = exports(TWO_NODES)
-    resolved, for_trainer = load_in_deepspeed(tmp_path, [x["deepspeed_json"], x["deepspeed_json_hf_trainer"]], dp=2)
-    assert resolved == {"train_batch_size": 16, "zero_stage": 3, "offload": True}
+    # training.bf16_optimizer_states (it refuses offload_optimizer): DeepSpeed reads both bf16 keys from the export
+    bf16 = exports(TWO_NODES | {"training": {**TWO_NODES["training"], "offload_optimizer": False,
+                                             "offload_params": False, "zero_stage": 2,
+                                             "bf16_optimizer_states": True}})
+    resolved, for_trainer, bf16_states = load_in_deepspeed(
+        tmp_path, [x["deepspeed_json"], x["deepspeed_json_hf_trainer"], bf16["deepspeed_json"]], dp=2)
+    assert resolved == {"train_batch_size": 16, "zero_stage": 3, "offload": True,
+                        "bf16_master_and_states": [False, False]}
+    assert bf16_states == {"train_batch_size": 16, "zero_stage": 2, "offload": False,
+                           "bf16_master_and_states": [True, True]}
     assert "auto" not in x["deepspeed_json"]
     # the Trainer variant keeps "auto" (Transformers fills it); DeepSpeed alone cannot read it, as the issue saw
     assert '"auto"' in x["deepspeed_json_hf_trainer"]

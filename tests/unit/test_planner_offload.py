@@ -5,6 +5,9 @@ import pytest
 from plan import estimate
 from plan import memory as mem
 from plan import throughput as thr
+from plan.estimator import estimate_spec
+from plan.rules import resolve_gpu, resolve_model
+from plan.validation import Spec, parse
 from tests.unit.test_planner_terms import plan, spec_of
 
 LLAMA8B = {"preset": "meta-llama/Llama-3.1-8B"}
@@ -70,7 +73,13 @@ def test_bf16_optimizer_states_memory():
 
 def test_bf16_optimizer_states_offloaded_and_zero2():
     p = plan(LLAMA8B, sp=8, seq=16384, offload_optimizer=True, bf16_optimizer_states=True)
-    s = spec_of(p)
+    # `ulab train` refuses this pair (the rule below), but DeepSpeed supports it (DeepSpeedCPUAdam with
+    # fp32_optimizer_states=False) and the planner still prices it: the spec without the rules
+    parsed = parse(p)[0]
+    assert parsed is not None
+    model, gpu = resolve_model(parsed, []), resolve_gpu(parsed, [])
+    assert model is not None and gpu is not None
+    s = Spec(plan=parsed, model=model, gpu=gpu)
     psi = s.model.total_params
     cpu = mem.cpu_terms(s, 0.0)["breakdown"]
     assert cpu["optimizer"] == pytest.approx(6 * psi)            # no fp32 copy, no conversion temporary
@@ -79,7 +88,8 @@ def test_bf16_optimizer_states_offloaded_and_zero2():
     assert cpu["grads"] == pytest.approx(8 * (2 * 2 ** 30 + 2 ** 31))
     # the CPU passes: unscale 4 + Adam 14 + no conversion = 18 B per parameter, at the node's bandwidth shared by
     # its 8 ranks (14 GB/s each, under one core's 18.2)
-    assert optimizer_s(p) == pytest.approx(psi / 8 * 18 / (NODE_BW / 8), rel=1e-5)
+    assert estimate_spec(s)["throughput"]["time_breakdown_s"]["optimizer_step"] == pytest.approx(
+        psi / 8 * 18 / (NODE_BW / 8), rel=1e-5)
     z2 = spec_of(plan(LLAMA8B, sp=8, seq=16384, zero_stage=2, bf16_optimizer_states=True))
     assert mem.state_terms(z2)["step_fp32_grads"] == pytest.approx(2 * psi / 8)   # bf16 master gradient partition
 
@@ -87,6 +97,7 @@ def test_bf16_optimizer_states_offloaded_and_zero2():
 @pytest.mark.parametrize("training,message", [
     ({"dtype": "fp16"}, "needs dtype bf16"),
     ({"zero_stage": 0}, "needs zero_stage 1, 2 or 3"),
+    ({"offload_optimizer": True}, "with offload_optimizer is not supported"),
 ])
 def test_bf16_optimizer_states_rules_name_the_field(training, message):
     e = estimate(plan(LLAMA8B, sp=8, seq=16384, bf16_optimizer_states=True, **training))
@@ -113,12 +124,15 @@ def test_shared_experts_count_as_parameters_and_as_active_width():
     assert ds.shared_expert_size == 2 * 1408 and not ds.shared_expert_gate
 
 
-def test_bf16_optimizer_states_warns_that_training_does_not_apply_it_yet():
-    e = estimate(plan(LLAMA8B, sp=8, seq=16384, bf16_optimizer_states=True))
+def test_bf16_optimizer_states_is_trained_so_no_warning_and_the_config_carries_it():
+    from plan.launch import deepspeed_config
+    p = plan(LLAMA8B, sp=8, seq=16384, bf16_optimizer_states=True)
+    e = estimate(p)
     assert e["valid"]
-    assert any(w["field"] == "training.bf16_optimizer_states" and "fp32 states" in w["message"] for w in e["warnings"])
-    assert not any(w["field"] == "training.bf16_optimizer_states"
-                   for w in estimate(plan(LLAMA8B, sp=8, seq=16384))["warnings"])
+    assert not any(w["field"] == "training.bf16_optimizer_states" for w in e["warnings"])
+    assert deepspeed_config(p)["bf16"] == {"enabled": True, "bf16_master_weights_and_grads": True,
+                                           "bf16_optimizer_states": True}
+    assert deepspeed_config(plan(LLAMA8B, sp=8, seq=16384))["bf16"] == {"enabled": True}
 
 
 def test_llama4_shared_expert():
