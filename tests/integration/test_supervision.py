@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.integration.test_trainer_support import make_plan, write_documents
+from tests.integration.trainer_support import make_plan, write_documents
 from tests.services import REPO, Stack, postgres_database, redis_database
 from tests.tiny import TERMINAL, tiny_plan, wait_for
 from worker.trainer.attempt import ATTEMPT_ENV, RUN_LOCK_ENV, lock_file, metrics_files, read_metrics
