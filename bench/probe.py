@@ -17,21 +17,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tests.tiny import tiny_plan  # noqa: E402
 from worker.probe import probe  # noqa: E402
 
 
 def plan(layers: int, sp: int, zero: int, seq_len: int) -> dict:
-    return {
-        "model": {"config": {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": layers,
-                             "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128,
-                             "vocab_size": 512, "max_position_embeddings": 2048}},
-        "hardware": {"gpu": "H100-80GB", "gpus_per_node": sp, "num_nodes": 1},
-        "parallel": {"sp_size": sp, "dp_size": 1},
-        "training": {"seq_len": seq_len, "micro_batch_size": 1, "grad_accum": 1, "dtype": "fp32", "zero_stage": zero,
-                     "offload_optimizer": False, "offload_params": False, "activation_checkpointing": False,
-                     "checkpoint_offload": False, "tiled_mlp": False, "tiled_logits_loss": False,
-                     "attn_implementation": "sdpa"},
-    }
+    p = tiny_plan(sp_size=sp, seq_len=seq_len, zero_stage=zero)
+    p["model"]["config"]["num_hidden_layers"] = layers
+    return p
 
 
 def ints(text: str) -> list[int]:

@@ -105,7 +105,7 @@ def measured(run_dir: Path, step: int = 2) -> dict:
 def write_data(root: Path) -> dict[str, Path]:
     """Packed short documents (the trainer tests' corpus) and one long document (one per row after packing)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from tests.integration.test_trainer_support import write_documents
+    from tests.integration.trainer_support import write_documents
 
     packed = root / "docs.txt"
     if not packed.exists():

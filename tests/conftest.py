@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +26,44 @@ def _browser_closed_at_the_end():
     """Pages share one Chromium per test process (tests/e2e/browser.py); it closes with the session."""
     yield
     browser.stop_browser()
+
+
+def _clear_database_caches() -> None:
+    from backend.core import db, settings
+
+    for cached in (settings.get_settings, db.get_engine, db.get_sessionmaker):
+        cached.cache_clear()
+
+
+@pytest.fixture(scope="session")
+def _sqlite_at_head(tmp_path_factory) -> Path:
+    """One SQLite file migrated to head for the session (alembic takes ~1-3 s here); sqlite_db copies it."""
+    from backend.core import db
+
+    path = tmp_path_factory.mktemp("sqlite-head") / "ulab.db"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ULAB_DATABASE_URL", f"sqlite:///{path}")
+        _clear_database_caches()
+        db.upgrade_database()
+        db.get_engine().dispose()  # the last connection closes: WAL checkpointed into the file
+        _clear_database_caches()
+    assert not path.with_name(path.name + "-wal").exists(), "the migrated SQLite file still has a WAL beside it"
+    return path
+
+
+@pytest.fixture
+def sqlite_db(_sqlite_at_head, tmp_path, monkeypatch) -> Iterator[str]:
+    """A fresh SQLite database at head (the embedded default), named by ULAB_DATABASE_URL for this test: a copy of
+    the session's migrated file. The cached settings, engine and sessionmaker are cleared before and after, so no
+    other test sees it. Answers its URL. Settings a test needs with it: set them in a fixture that runs first
+    (an autouse one)."""
+    path = tmp_path / "ulab.db"
+    shutil.copyfile(_sqlite_at_head, path)
+    url = f"sqlite:///{path}"
+    monkeypatch.setenv("ULAB_DATABASE_URL", url)
+    _clear_database_caches()
+    yield url
+    _clear_database_caches()
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -129,6 +130,8 @@ class Stack:
     def __init__(self, home: Path, database_url: str, broker_url: str, worker: bool = True, **settings: str):
         home.mkdir(parents=True, exist_ok=True)
         self.home, self.port = home, free_port()
+        self.database_url, self.broker = database_url, broker_url
+        self.api_client: httpx.Client | None = None  # own_stack's admin client
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = service_env(home, database_url, broker_url, self.url, ULAB_CANCEL_GRACE_S="8",
                                ULAB_ALLOWED_ROOTS=tempfile.gettempdir(), **settings)
@@ -178,3 +181,21 @@ class Stack:
         if self.worker:
             self.worker.stop()
         self.api.stop()
+
+
+@contextmanager
+def own_stack(home: Path, worker: bool = True, **settings: str) -> Iterator[Stack]:
+    """A stack of its own, for a test module that breaks it (kills its worker, empties its queue) or needs settings
+    the session's `stack` does not have: a new PostgreSQL database, a Redis database, the API and (unless
+    worker=False) a Celery worker, with ULAB_ `settings`. `api_client` is an admin client; all is stopped and
+    dropped at the end."""
+    with postgres_database() as pg, redis_database() as broker:
+        s = Stack(home, pg, broker, worker=worker, **settings)
+        try:
+            s.start()
+            with s.client() as api:
+                s.api_client = api
+                yield s
+        finally:
+            s.api_client = None
+            s.stop()

@@ -19,18 +19,25 @@ def write_corpus(path: Path, lines: int = 4000) -> Path:
     return path
 
 
-def tiny_plan(sp_size: int = 2, seq_len: int = 512, dp_size: int = 1) -> dict:
-    return {
-        "model": {"config": {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
-                             "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128,
-                             "vocab_size": 512, "max_position_embeddings": 2048}},
-        "hardware": {"gpu": "H100-80GB", "gpus_per_node": sp_size * dp_size, "num_nodes": 1},
+# The tiny Llama every CPU test trains or plans with: 4 heads (SP up to 4), 2 layers, a 512-token vocabulary.
+TINY_LLAMA = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 512, "max_position_embeddings": 2048}
+
+
+def tiny_plan(sp_size: int = 2, seq_len: int = 512, dp_size: int = 1, num_nodes: int = 1, **training) -> dict:
+    """A fresh plan of the tiny Llama on CPU ranks (fp32, ZeRO-2, sdpa, no offload), `training` fields changed;
+    sp_size * dp_size ranks spread over `num_nodes` nodes."""
+    plan = {
+        "model": {"config": dict(TINY_LLAMA)},
+        "hardware": {"gpu": "H100-80GB", "gpus_per_node": sp_size * dp_size // num_nodes, "num_nodes": num_nodes},
         "parallel": {"sp_size": sp_size, "dp_size": dp_size},
         "training": {"seq_len": seq_len, "micro_batch_size": 1, "grad_accum": 1, "dtype": "fp32", "zero_stage": 2,
                      "offload_optimizer": False, "offload_params": False, "activation_checkpointing": False,
                      "checkpoint_offload": False, "tiled_mlp": False, "tiled_logits_loss": False,
                      "attn_implementation": "sdpa"},
     }
+    plan["training"].update(training)
+    return plan
 
 
 def submit(client: httpx.Client, plan: dict, run: dict, name: str = "tiny", approve: bool = True) -> dict:

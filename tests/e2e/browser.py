@@ -4,11 +4,12 @@ from __future__ import annotations
 import atexit
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Literal
-
-from playwright.sync_api import Browser, Playwright, sync_playwright
+from typing import TYPE_CHECKING, Literal
 
 from tests.services import REPO
+
+if TYPE_CHECKING:  # Playwright itself loads with the first page (a test session without pages never imports it)
+    from playwright.sync_api import Browser, Playwright
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-quic", "--no-first-run",
@@ -40,6 +41,8 @@ def _browser() -> Browser:
     global _running
     if _running is None or not _running[1].is_connected():
         stop_browser()  # a browser that went away: its Playwright driver goes too
+        from playwright.sync_api import sync_playwright
+
         playwright = sync_playwright().start()
         _running = (playwright, playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True))
         atexit.register(stop_browser)

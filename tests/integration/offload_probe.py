@@ -25,7 +25,7 @@ def main(stages: list[int], deepspeed_marker: bool) -> None:
     from deepspeed.runtime.activation_checkpointing.offload_activations import CheckpointHiddenStatesOffload
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from tests.integration.test_trainer_support import TINY_LLAMA
+    from tests.tiny import TINY_LLAMA
     from worker.trainer.offload import LayerInputOffload, mark_checkpointed_inputs
 
     deepspeed.comm.init_distributed(dist_backend="gloo")

@@ -15,7 +15,7 @@ import psutil
 import pytest
 from sqlalchemy import create_engine, text
 
-from tests.services import REPO, Stack, forget_messages, postgres_database, redis_database, wait_http
+from tests.services import REPO, Stack, forget_messages, own_stack, wait_http
 from tests.tiny import submit, tiny_plan, wait_for
 from worker.trainer.attempt import ATTEMPT_ENV, RUN_LOCK_ENV, lock_file, read_metrics
 
@@ -27,15 +27,9 @@ RESEND_AFTER_S = 3
 @pytest.fixture(scope="module")
 def faults(tmp_path_factory):
     """A stack of its own (database, Redis db, API, worker) that these tests may break."""
-    with postgres_database() as pg, redis_database() as broker:
-        s = Stack(tmp_path_factory.mktemp("faults"), pg, broker, ULAB_LOST_AFTER_S=str(LOST_AFTER_S),
-                  ULAB_RESEND_AFTER_S=str(RESEND_AFTER_S)).start()
-        s.broker = broker
-        s.database_url = pg
-        s.api_client = s.client()
+    with own_stack(tmp_path_factory.mktemp("faults"), ULAB_LOST_AFTER_S=str(LOST_AFTER_S),
+                   ULAB_RESEND_AFTER_S=str(RESEND_AFTER_S)) as s:
         yield s
-        s.api_client.close()
-        s.stop()
 
 
 def steps_of(api, run_id: int, name: str = "loss") -> list[int]:
@@ -61,10 +55,11 @@ def wait_step(api, run_id: int, step: int, timeout_s: float = 180) -> None:
         time.sleep(0.3)
 
 
-def in_log(log: Path, text: str, timeout_s: float = 10) -> None:
+def in_log(log: Path, text: str, timeout_s: float = 10, times: int = 1) -> None:
+    """Wait until `text` is in the log at least `times` times."""
     end = time.monotonic() + timeout_s
-    while text not in log.read_text():
-        assert time.monotonic() < end, f"not in {log.name}: {text}"
+    while log.read_text().count(text) < times:
+        assert time.monotonic() < end, f"not {times} times in {log.name} after {timeout_s} s: {text}"
         time.sleep(0.2)
 
 
@@ -78,9 +73,10 @@ def test_flushed_broker_queued_run_is_resent_and_duplicates_run_it_once(faults, 
     faults.worker.stop()
     run = submit(api, tiny_plan(sp_size=1), {"steps": 4, "data": {"path": str(corpus)}}, name="flushed")
     forget_messages(faults.broker)  # the message is gone; the API keeps running
-    time.sleep(RESEND_AFTER_S * 3)  # several re-sends while no worker listens: duplicates on the queue
+    # several re-sends while no worker listens (after RESEND_AFTER_S, then as long again): duplicates on the queue
+    in_log(faults.api.log, f"re-sent queued runs no worker claimed within ULAB_RESEND_AFTER_S: [{run['id']}]",
+           timeout_s=RESEND_AFTER_S * 3 + 30, times=2)
     assert api.get(f"/api/runs/{run['id']}").json()["state"] == "queued"
-    in_log(faults.api.log, f"re-sent queued runs no worker claimed within ULAB_RESEND_AFTER_S: [{run['id']}]")
     forget_messages(faults.broker)
     faults.api.stop()
     faults.api.start()  # on start-up the API re-sends what the database says is queued
@@ -94,8 +90,7 @@ def test_flushed_broker_queued_run_is_resent_and_duplicates_run_it_once(faults, 
     assert done["attempt"] == 1 and len(done["attempts"]) == 1
     assert attempt_starts(f"{faults.home}/runs/run-{run['id']}") == 1, "the trainer started more than once"
     assert steps_of(api, run["id"]) == [1, 2, 3, 4]
-    time.sleep(2)  # let the worker take the duplicate messages
-    assert faults.worker.log.read_text().count(f"run {run['id']} is not queued") >= 2
+    in_log(faults.worker.log, f"run {run['id']} is not queued", timeout_s=30, times=2)  # it takes the duplicates
 
 
 def last_step_written(metrics_file: Path) -> int:

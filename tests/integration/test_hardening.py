@@ -10,17 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.services import Stack, postgres_database, redis_database
+from tests.services import Stack, own_stack, postgres_database, redis_database
 from tests.tiny import tiny_plan
 
 
 @pytest.fixture(scope="module")
 def pg_stack(tmp_path_factory):
-    with postgres_database() as pg, redis_database() as broker:
-        s = Stack(tmp_path_factory.mktemp("harden"), pg, broker, worker=False).start()
-        s.pg = pg
+    with own_stack(tmp_path_factory.mktemp("harden"), worker=False) as s:
         yield s
-        s.stop()
 
 
 def test_a_lone_surrogate_never_reaches_postgresql_and_lists_keep_answering(pg_stack):
@@ -52,7 +49,7 @@ def test_the_session_check_holds_for_writers_beside_the_api(pg_stack, monkeypatc
     from backend.core.text import UnstorableValue
     from backend.plans.models import Plan
 
-    monkeypatch.setenv("ULAB_DATABASE_URL", pg_stack.pg)
+    monkeypatch.setenv("ULAB_DATABASE_URL", pg_stack.database_url)
     for clear in (settings.get_settings, db.get_engine, db.get_sessionmaker):
         clear.cache_clear()
     try:
@@ -63,7 +60,7 @@ def test_the_session_check_holds_for_writers_beside_the_api(pg_stack, monkeypatc
         db.get_engine().dispose()
         for clear in (settings.get_settings, db.get_engine, db.get_sessionmaker):
             clear.cache_clear()
-    with psycopg.connect(pg_stack.pg.replace("+psycopg", "")) as conn:
+    with psycopg.connect(pg_stack.database_url.replace("+psycopg", "")) as conn:
         assert conn.execute("SELECT count(*) FROM plans WHERE name = 'cli'").fetchone() == (0,)
 
 

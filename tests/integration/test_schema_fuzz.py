@@ -7,7 +7,7 @@ import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from tests.services import Stack, postgres_database, redis_database
+from tests.services import own_stack
 
 pytestmark = pytest.mark.slow
 EXAMPLES_PER_OPERATION = 40
@@ -16,16 +16,14 @@ MIN_CASES = 500
 
 @pytest.fixture(scope="module")
 def fuzz_stack(tmp_path_factory):
-    with postgres_database() as pg, redis_database() as broker:
-        s = Stack(tmp_path_factory.mktemp("fuzz"), pg, broker, worker=False).start()
-        with s.client() as admin:  # something to find: a plan and a run
-            from tests.tiny import tiny_plan
+    with own_stack(tmp_path_factory.mktemp("fuzz"), worker=False) as s:
+        from tests.tiny import tiny_plan
 
-            plan_id = admin.post("/api/plans", json=tiny_plan()).json()["id"]
-            admin.post("/api/runs", json={"plan_id": plan_id, "run": {"data": {"path": "/tmp/fuzz.txt"}}})
+        admin = s.api_client  # something to find: a plan and a run
+        plan_id = admin.post("/api/plans", json=tiny_plan()).json()["id"]
+        admin.post("/api/runs", json={"plan_id": plan_id, "run": {"data": {"path": "/tmp/fuzz.txt"}}})
         s.plan_id = plan_id
         yield s
-        s.stop()
 
 
 def operations(base_url: str):

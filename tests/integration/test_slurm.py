@@ -63,6 +63,12 @@ def steps_of(api: httpx.Client, run_id: int, name: str = "loss") -> list[int]:
     return q["series"][0]["step"] if q["series"] else []
 
 
+def written_step(run_dir: Path) -> int:
+    """The last step the job wrote to its run directory on the shared file system (0: none yet)."""
+    lines = [x for f in metrics_files(run_dir) for x in f.read_text().split("\n")[:-1]]  # whole lines only
+    return max((json.loads(x)["step"] for x in lines if x.strip()), default=0)
+
+
 def wait_step(api: httpx.Client, run_id: int, step: int, timeout_s: float = 180) -> dict:
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
@@ -96,10 +102,15 @@ def test_approved_run_goes_pending_running_completed_with_its_metrics(slurm_stac
         time.sleep(0.1)
     assert got["slurm_nodes"] == cluster.host and got["slurm_job_id"] == job_id
     assert got["worker"] == f"slurm job {job_id} on {cluster.host}"
-    wait_step(api, run["id"], 2)
-    # the API goes away mid-run and comes back: its poller takes the job up again from the database
+    seen = wait_step(api, run["id"], 2)["last_step"]
+    # the API goes away mid-run, the job trains on without it (a step the API has not seen is written), and the API
+    # comes back: its poller takes the job up again from the database
     slurm_stack.api.stop()
-    time.sleep(3)
+    run_dir = slurm_stack.home / "cluster-fs" / f"run-{run['id']}"
+    end = time.monotonic() + 60
+    while written_step(run_dir) < min(seen + 1, 30):
+        assert time.monotonic() < end, f"no step written in 60 s while the API was down (API saw {seen})"
+        time.sleep(0.1)
     slurm_stack.api.start()
     wait_http(f"{slurm_stack.url}/api/health", 60, slurm_stack.api.proc, slurm_stack.api.log)
     completed_at = succeeded_after = None

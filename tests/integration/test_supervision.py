@@ -16,8 +16,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.integration.test_trainer_support import make_plan, write_documents
-from tests.services import REPO, Stack, postgres_database, redis_database
+from tests.integration.trainer_support import make_plan, write_documents
+from tests.services import REPO, Stack, own_stack
 from tests.tiny import TERMINAL, tiny_plan, wait_for
 from worker.trainer.attempt import ATTEMPT_ENV, RUN_LOCK_ENV, lock_file, metrics_files, read_metrics
 
@@ -162,12 +162,8 @@ def test_a_new_attempt_stops_the_one_still_in_the_run_dir_and_keeps_its_lines(tm
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     """A stack of its own that these tests break (its worker is killed)."""
-    with postgres_database() as pg, redis_database() as broker:
-        s = Stack(tmp_path_factory.mktemp("supervision"), pg, broker, ULAB_LOST_AFTER_S=str(LOST_AFTER_S)).start()
-        s.api_client = s.client()
+    with own_stack(tmp_path_factory.mktemp("supervision"), ULAB_LOST_AFTER_S=str(LOST_AFTER_S)) as s:
         yield s
-        s.api_client.close()
-        s.stop()
 
 
 def submit_long(stack: Stack, corpus: Path, name: str, steps: int = LONG, **run) -> tuple[dict, Path]:

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from plan.launch import torchrun_command
-from tests.integration.test_trainer_support import make_plan, metrics, train
+from tests.integration.trainer_support import make_plan, metrics, train
 from worker.trainer.attempt import read_evals
 from worker.trainer.net import free_port
 

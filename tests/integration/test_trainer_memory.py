@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench.trainer_memory import TOLERANCE, feature_drops, measured, planned
-from tests.integration.test_trainer_support import TINY_LLAMA
+from tests.tiny import TINY_LLAMA
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_trainer_support import ULAB, check_ok, make_plan, metrics, train
 from tests.integration.trainer_runs import STEPS
+from tests.integration.trainer_support import ULAB, check_ok, make_plan, metrics, train
 
 pytestmark = pytest.mark.slow
 

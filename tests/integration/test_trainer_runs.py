@@ -13,8 +13,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.integration.test_trainer_support import CONTRACT, ULAB, metrics
 from tests.integration.trainer_runs import SINGLE_STEPS, STEPS, losses
+from tests.integration.trainer_support import CONTRACT, ULAB, metrics
 from worker.trainer.attempt import read_evals
 from worker.trainer.data import hold_back, last_row_padded, load_stage_rows
 
@@ -109,7 +109,7 @@ def final_params_init(runs) -> dict[str, torch.Tensor]:
     """The random initial weights (seed 0), built the way the trainer builds them."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from tests.integration.test_trainer_support import TINY_LLAMA
+    from tests.tiny import TINY_LLAMA
 
     cfg = dict(TINY_LLAMA)
     config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)

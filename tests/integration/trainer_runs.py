@@ -9,7 +9,7 @@ import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.integration.test_trainer_support import check_ok, make_plan, metrics, train, write_documents
+from tests.integration.trainer_support import check_ok, make_plan, metrics, train, write_documents
 
 STEPS = 20
 SINGLE_STEPS = 10

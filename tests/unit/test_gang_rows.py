@@ -2,22 +2,13 @@
 backup) stops cleanly instead of dying on a None: heartbeat says stop, the endpoint wait ends, the exit is logged."""
 import pytest
 
-from backend.core import db, settings
+from backend.core import db
 from backend.runs import transitions
 from backend.runs.models import Run
 from backend.runs.nodes import RunNode
 from worker import gang
 
-
-@pytest.fixture(autouse=True)
-def database(tmp_path, monkeypatch):
-    monkeypatch.setenv("ULAB_DATABASE_URL", f"sqlite:///{tmp_path / 't.db'}")
-    for cached in (settings.get_settings, db.get_engine, db.get_sessionmaker):
-        cached.cache_clear()
-    db.upgrade_database()
-    yield
-    for cached in (settings.get_settings, db.get_engine, db.get_sessionmaker):
-        cached.cache_clear()
+pytestmark = pytest.mark.usefixtures("sqlite_db")
 
 
 def queued_run() -> int:

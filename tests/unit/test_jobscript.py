@@ -36,10 +36,12 @@ def sbatch_lines(script: str) -> list[str]:
 
 
 def stub_srun(bin_dir: Path, record: Path, on_term_exit: int | None = None) -> None:
-    """An `srun` that writes its argument list as JSON (and, if asked, waits and exits on SIGTERM)."""
+    """An `srun` that writes its argument list as JSON (and, if asked, waits and exits on SIGTERM; the file
+    `record`.ready says its handler is set)."""
     bin_dir.mkdir(exist_ok=True)
+    ready = record.with_name(record.name + ".ready")
     wait = (f"import signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *_: sys.exit({on_term_exit}))\n"
-            "time.sleep(60)\n") if on_term_exit is not None else ""
+            f"open({str(ready)!r}, 'w').close()\ntime.sleep(60)\n") if on_term_exit is not None else ""
     (bin_dir / "srun").write_text(f"#!{shutil.which('python3')}\nimport json, sys\n"
                                   f"open({str(record)!r}, 'w').write(json.dumps(sys.argv[1:]))\n{wait}")
     (bin_dir / "srun").chmod(0o755)
@@ -94,10 +96,11 @@ def test_sigterm_to_the_script_reaches_srun_and_its_exit_code_is_the_jobs(tmp_pa
     stub_srun(tmp_path / "bin", record, on_term_exit=75)
     env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
     proc = subprocess.Popen(["bash", str(tmp_path / "job.sh")], env=env)
+    ready = record.with_name(record.name + ".ready")  # the stub has set its SIGTERM handler
     end = time.monotonic() + 20
-    while not record.exists() and time.monotonic() < end:
+    while not ready.exists():
+        assert time.monotonic() < end, "the stub srun did not start"
         time.sleep(0.05)
-    time.sleep(0.3)  # the stub has set its handler
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(20) == 75
 

@@ -1,17 +1,13 @@
 """Metric ingest and the chart query on SQLite (the embedded default), against Python over the raw points."""
 import pytest
 
-from backend.core import db, settings
+from backend.core import db
 from backend.metrics import chart, service
 from backend.metrics.schemas import PointIn
 
 
 @pytest.fixture
-def session(tmp_path, monkeypatch):
-    monkeypatch.setenv("ULAB_DATABASE_URL", f"sqlite:///{tmp_path / 'm.db'}")
-    for cached in (settings.get_settings, db.get_engine, db.get_sessionmaker):
-        cached.cache_clear()
-    db.upgrade_database()
+def session(sqlite_db):
     from backend.plans.models import Plan
     from backend.runs.models import Run
 
@@ -21,8 +17,6 @@ def session(tmp_path, monkeypatch):
         s.add(Run(name="r", plan_id=1, state="running", spec={}))
         s.commit()
         yield s
-    for cached in (settings.get_settings, db.get_engine, db.get_sessionmaker):
-        cached.cache_clear()
 
 
 def test_rollups_and_raw_edges_give_the_buckets_python_gives(session):

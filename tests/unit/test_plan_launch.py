@@ -16,6 +16,7 @@ from plan.launch import (
     torchrun_command,
     training_arguments,
 )
+from tests.tiny import tiny_plan
 
 
 def plan(**training):
@@ -61,8 +62,7 @@ def test_liger_kernel_maps_to_transformers_use_liger_kernel():
 
 
 def test_stop_grace_covers_a_zero3_save_and_reaches_torchrun():
-    small = {**plan(), "model": {"config": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-                                            "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 512}}}
+    small = {**plan(), "model": tiny_plan()["model"]}
     assert stop_grace_s(small) == 30.0  # torchrun's own default is the floor
     big = {"model": {"preset": "meta-llama/Llama-3.1-8B"}, "hardware": {"gpu": "H100-80GB", "gpus_per_node": 8},
            "parallel": {"sp_size": 8}, "training": {"seq_len": 65536}}
@@ -82,8 +82,7 @@ def test_deepspeed_config_without_offload_or_stage3():
 
 def test_buckets_shrink_to_a_tiny_model_only():
     tiny = plan()
-    tiny["model"] = {"config": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-                                "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 512}}
+    tiny["model"] = tiny_plan()["model"]
     assert deepspeed_config(tiny)["zero_optimization"]["reduce_bucket_size"] < 1e6
     assert deepspeed_config(plan())["zero_optimization"]["reduce_bucket_size"] == int(5e7)
 

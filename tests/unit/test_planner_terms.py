@@ -8,10 +8,10 @@ from plan import memory as mem
 from plan import throughput as thr
 from plan.catalog import models
 from plan.validation import validate
+from tests.tiny import TINY_LLAMA
 
 GIB = 2 ** 30
-TINY = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 512}
+TINY = TINY_LLAMA
 
 
 def plan(model=None, sp=1, dp=1, seq=512, **training):

@@ -6,7 +6,7 @@ import ast
 
 import pytest
 
-from backend.core import db, settings
+from backend.core import db
 from backend.runs import transitions
 from backend.runs.models import Run
 from backend.runs.states import IllegalTransition, RunState
@@ -15,15 +15,7 @@ from tests.boundaries import ROOT, packages_loaded, source_files
 S = RunState
 
 
-@pytest.fixture(autouse=True)
-def database(tmp_path, monkeypatch):
-    monkeypatch.setenv("ULAB_DATABASE_URL", f"sqlite:///{tmp_path / 't.db'}")
-    for cached in (settings.get_settings, db.get_engine, db.get_sessionmaker):
-        cached.cache_clear()
-    db.upgrade_database()
-    yield
-    for cached in (settings.get_settings, db.get_engine, db.get_sessionmaker):
-        cached.cache_clear()
+pytestmark = pytest.mark.usefixtures("sqlite_db")
 
 
 def new_run(**fields) -> int:

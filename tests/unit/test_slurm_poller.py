@@ -13,16 +13,13 @@ from backend.runs.models import Run
 
 
 @pytest.fixture(autouse=True)
-def database(tmp_path, monkeypatch):
-    monkeypatch.setenv("ULAB_DATABASE_URL", f"sqlite:///{tmp_path / 't.db'}")
+def no_cluster(tmp_path, monkeypatch):
+    """Set before sqlite_db reads the settings (autouse fixtures run first)."""
     monkeypatch.setenv("ULAB_SLURM_SHARED_DIR", str(tmp_path / "cluster-fs"))
     monkeypatch.setenv("PATH", str(tmp_path / "no-slurm-here"))  # scancel: not found, logged
-    for cached in (settings.get_settings, db.get_engine, db.get_sessionmaker):
-        cached.cache_clear()
-    db.upgrade_database()
-    yield
-    for cached in (settings.get_settings, db.get_engine, db.get_sessionmaker):
-        cached.cache_clear()
+
+
+pytestmark = pytest.mark.usefixtures("sqlite_db")
 
 
 def queued_slurm_run(job_id: str = "41", max_retries: int = 0) -> int:

@@ -12,7 +12,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from tests.integration.test_trainer_support import TINY_LLAMA
+from tests.tiny import TINY_LLAMA
 from worker.trainer.attention import document_spans, flash_flattened, install_document_attention, sdpa_by_document
 from worker.trainer.data import pack_documents
 

@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 
+from tests.tiny import tiny_plan
 from worker.trainer.data import (
     BYTE_EOS,
     BYTE_PAD,
@@ -89,10 +90,7 @@ def test_bad_sources_fail_with_a_clear_error(tmp_path, content, match):
 
 
 def _spec(tmp_path, data_path, seq_len=64):
-    plan = {"model": {"config": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-                                 "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 512}},
-            "hardware": {"gpu": "H100-80GB", "gpus_per_node": 2},
-            "parallel": {"sp_size": 2, "dp_size": 1}, "training": {"seq_len": seq_len, "dtype": "fp32"},
+    plan = {**tiny_plan(sp_size=2, seq_len=seq_len),
             "run": {"steps": 2, "data": {"path": str(data_path)}, "model_path": None}}
     return RunSpec.from_plan(plan)
 

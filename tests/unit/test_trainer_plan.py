@@ -9,19 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.tiny import tiny_plan
 from worker.trainer.spec import PlanError, RunSpec
 
 ULAB = Path(sys.executable).parent / "ulab"
 
-GOOD = {
-    "model": {"config": {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-                         "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 512}},
-    "hardware": {"gpu": "H100-80GB", "gpus_per_node": 2, "num_nodes": 1},
-    "parallel": {"sp_size": 2, "dp_size": 1},
-    "training": {"seq_len": 512, "micro_batch_size": 1, "grad_accum": 1, "dtype": "fp32", "zero_stage": 2,
-                 "attn_implementation": "sdpa"},
-    "run": {"steps": 8, "learning_rate": 1e-3, "seed": 0, "data": {"path": "data.txt"}, "model_path": None},
-}
+GOOD = {**tiny_plan(sp_size=2, seq_len=512),
+        "run": {"steps": 8, "learning_rate": 1e-3, "seed": 0, "data": {"path": "data.txt"}, "model_path": None}}
 
 
 def with_(path: str, value):

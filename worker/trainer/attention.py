@@ -20,10 +20,20 @@ Models with a sliding window keep Transformers' masks (the window lives in the m
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 FLASH = ("flash_attention_2", "flash_attention_3")
+# The wrappers this module made: installing is idempotent (a wrapper already in Transformers' table is not wrapped
+# again).
+_WRAPPERS: weakref.WeakSet[Callable[..., Any]] = weakref.WeakSet()
+
+
+def _ours(fn: Callable[..., Any]) -> Callable[..., Any]:
+    _WRAPPERS.add(fn)
+    return fn
 
 
 def document_spans(position_ids: torch.Tensor) -> list[list[tuple[int, int]]]:
@@ -72,8 +82,7 @@ def sdpa_by_document(inner):
             rows.append(torch.cat(pieces, dim=1))  # [1, s, heads, head_dim]
         return torch.cat(rows, dim=0), None
 
-    attention._ulab_documents = True
-    return attention
+    return _ours(attention)
 
 
 def flash_flattened(inner):
@@ -93,8 +102,7 @@ def flash_flattened(inner):
         out, weights = inner(module, flat(query), flat(key), flat(value), None, *args, **kwargs)
         return out.reshape(b, s, *out.shape[2:]), weights
 
-    attention._ulab_documents = True
-    return attention
+    return _ours(attention)
 
 
 def _no_sdpa_mask(original):
@@ -104,8 +112,7 @@ def _no_sdpa_mask(original):
             return original(*args, **kwargs)
         return None  # causal and document boundaries come from position_ids in sdpa_by_document
 
-    mask._ulab_documents = True
-    return mask
+    return _ours(mask)
 
 
 def has_sliding_window(config) -> bool:
@@ -125,13 +132,13 @@ def install_document_attention(attn: str, config=None) -> bool:
     if config is not None and has_sliding_window(config):
         return False
     if attn == "sdpa":
-        if not getattr(ALL_ATTENTION_FUNCTIONS["sdpa"], "_ulab_documents", False):
+        if ALL_ATTENTION_FUNCTIONS["sdpa"] not in _WRAPPERS:
             ALL_ATTENTION_FUNCTIONS["sdpa"] = sdpa_by_document(ALL_ATTENTION_FUNCTIONS["sdpa"])
-        if not getattr(ALL_MASK_ATTENTION_FUNCTIONS["sdpa"], "_ulab_documents", False):
+        if ALL_MASK_ATTENTION_FUNCTIONS["sdpa"] not in _WRAPPERS:
             ALL_MASK_ATTENTION_FUNCTIONS["sdpa"] = _no_sdpa_mask(ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
         return True
     if attn in FLASH:
-        if not getattr(ALL_ATTENTION_FUNCTIONS[attn], "_ulab_documents", False):
+        if ALL_ATTENTION_FUNCTIONS[attn] not in _WRAPPERS:
             ALL_ATTENTION_FUNCTIONS[attn] = flash_flattened(ALL_ATTENTION_FUNCTIONS[attn])
         return True
     return False

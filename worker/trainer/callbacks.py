@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -64,11 +65,12 @@ class StepMetricsCallback(TrainerCallback):
         self.clock = StepClock()
         self.stopped_by_signal = False
         self.last_step_loss: tuple[int, float] | None = None
-        self.last_overhead = None
+        self.last_overhead: float | None = None
         self.world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
         self.rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
         self.system = SystemSampler(torch.cuda.current_device() if memory.cuda else None)
-        self.evaluate_every = None  # (every N steps, fn(step)): the loss-by-position evaluation (train.run_stage)
+        # (every N steps, fn(step)): the loss-by-position evaluation (train.run_stage)
+        self.evaluate_every: tuple[int, Callable[[int], None]] | None = None
 
     def on_train_begin(self, args, state, control, **kw):
         apply_learning_rate(self.trainer.lr_scheduler, args.learning_rate)
@@ -93,9 +95,9 @@ class StepMetricsCallback(TrainerCallback):
 
     def on_train_end(self, args, state, control, **kw):
         self.memory.abort()
-        offload = getattr(self.trainer, "offload", None)  # offload.LayerInputOffload
-        if self.rank == 0 and hasattr(offload, "summary"):  # on CPU ranks DeepSpeed keeps them in place
-            print(f"checkpoint offload, last micro batch: {offload.summary()}", flush=True)
+        summary = getattr(getattr(self.trainer, "offload", None), "summary", None)  # offload.LayerInputOffload
+        if self.rank == 0 and summary is not None:  # on CPU ranks DeepSpeed keeps them in place
+            print(f"checkpoint offload, last micro batch: {summary()}", flush=True)
 
     def on_substep_end(self, args, state, control, **kw):  # between micro-batches of one optimizer step
         self.memory.next_micro_batch()

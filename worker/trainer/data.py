@@ -56,7 +56,7 @@ class HFTokenizer:
         return self.tok(text, add_special_tokens=False)["input_ids"]
 
 
-def tokenizer_for(model_path: str | None):
+def tokenizer_for(model_path: str | None) -> ByteTokenizer | HFTokenizer:
     return ByteTokenizer() if model_path is None else HFTokenizer(model_path)
 
 
@@ -152,15 +152,17 @@ def _read_saved_dataset(path: Path, field: str) -> list[str]:
 def pack_documents(docs_ids: list[list[int]], seq_len: int, eos_id: int, pad_id: int) -> dict[str, np.ndarray]:
     """Rows of seq_len: input_ids, position_ids (restart per document and per row), labels (-100 at document
     starts and on padding). Returns int64 arrays of shape [rows, seq_len]."""
-    ids, pos, starts = [], [], []
+    flat_ids: list[int] = []
+    flat_pos: list[int] = []
+    flat_starts: list[int] = []
     for doc in docs_ids:
         toks = list(doc) + [eos_id]
-        ids.extend(toks)
-        pos.extend(range(len(toks)))
-        starts.extend([1] + [0] * (len(toks) - 1))
-    ids = np.asarray(ids, dtype=np.int64)
-    pos = np.asarray(pos, dtype=np.int64)
-    starts = np.asarray(starts, dtype=bool)
+        flat_ids.extend(toks)
+        flat_pos.extend(range(len(toks)))
+        flat_starts.extend([1] + [0] * (len(toks) - 1))
+    ids = np.asarray(flat_ids, dtype=np.int64)
+    pos = np.asarray(flat_pos, dtype=np.int64)
+    starts = np.asarray(flat_starts, dtype=bool)
     n = len(ids)
     rows = -(-n // seq_len)
     pad = rows * seq_len - n
@@ -171,8 +173,7 @@ def pack_documents(docs_ids: list[list[int]], seq_len: int, eos_id: int, pad_id:
         labels = np.concatenate([labels, np.full(pad, -100, dtype=np.int64)])
         pos = np.concatenate([pos, last_pos + 1 + np.arange(pad, dtype=np.int64)])
         starts = np.concatenate([starts, np.zeros(pad, dtype=bool)])
-    ids, pos, labels = (a.reshape(rows, seq_len) for a in (ids, pos, labels))
-    starts = starts.reshape(rows, seq_len)
+    ids, pos, labels, starts = (a.reshape(rows, seq_len) for a in (ids, pos, labels, starts))
     # a document cut by a row boundary goes on as a new document in the next row: its positions restart at 0
     pos = pos.copy()
     for r in range(rows):
@@ -218,8 +219,7 @@ def prepare_all_stages(spec, run_dir: Path, base_dir: Path | None = None) -> lis
     path = resolve_data_path(spec.data, base_dir)
     if not path.exists():
         raise DataError(f"run.data.path: {path} does not exist")
-    tok = None
-    docs_ids = None
+    loaded: tuple[ByteTokenizer | HFTokenizer, list[list[int]]] | None = None  # read and tokenized once, if needed
     out = []
     for i, stage in enumerate(spec.stages):
         target = stage_data_path(run_dir, i)
@@ -230,10 +230,11 @@ def prepare_all_stages(spec, run_dir: Path, base_dir: Path | None = None) -> lis
             _check_held_back(spec, path, stage.seq_len, json.loads(meta.read_text())["rows"])
             out.append(target)
             continue
-        if docs_ids is None:
+        if loaded is None:
             docs = read_documents(path, spec.data)
-            tok = tokenizer_for(spec.tokenizer_path)
-            docs_ids = [tok.encode(d) for d in docs]
+            tokenizer = tokenizer_for(spec.tokenizer_path)
+            loaded = tokenizer, [tokenizer.encode(d) for d in docs]
+        tok, docs_ids = loaded
         total = sum(len(d) + 1 for d in docs_ids)
         if total < stage.seq_len:
             raise DataError(f"run.data.path: {path} holds {total} tokens, too short for one sequence of "
@@ -242,7 +243,7 @@ def prepare_all_stages(spec, run_dir: Path, base_dir: Path | None = None) -> lis
         _check_held_back(spec, path, stage.seq_len, int(packed["input_ids"].shape[0]))
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.stem}.{os.getpid()}.npz")
-        np.savez(tmp, **packed)
+        np.savez(tmp, input_ids=packed["input_ids"], position_ids=packed["position_ids"], labels=packed["labels"])
         os.replace(tmp, target)
         meta_tmp = meta.with_name(f".{meta.name}.{os.getpid()}")
         meta_tmp.write_text(json.dumps({"key": key, "rows": int(packed["input_ids"].shape[0]),

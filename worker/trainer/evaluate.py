@@ -141,11 +141,12 @@ def position_loss(model, rows: dict[str, np.ndarray], seq_len: int, device) -> d
                 counts.index_add_(0, bucket, torch.ones_like(loss, dtype=torch.float64))
     finally:
         model.train(was_training)
-    sums, counts = _all_reduce(sums).cpu().tolist(), _all_reduce(counts).cpu().tolist()
-    record: dict = {"eval": "position_loss", "eval_loss": sum(sums) / max(1.0, sum(counts))}
+    loss_sums: list[float] = _all_reduce(sums).cpu().tolist()
+    token_counts: list[float] = _all_reduce(counts).cpu().tolist()
+    record: dict = {"eval": "position_loss", "eval_loss": sum(loss_sums) / max(1.0, sum(token_counts))}
     for k in range(len(edges) - 1):
-        if counts[k] > 0:
-            record[f"pos_loss@{edges[k + 1]}"] = sums[k] / counts[k]
+        if token_counts[k] > 0:
+            record[f"pos_loss@{edges[k + 1]}"] = loss_sums[k] / token_counts[k]
     return record
 
 
@@ -185,8 +186,9 @@ def passkey(model, tok, lengths: list[int], depths: list[float], trials: int, se
                     totals[c] += target.numel()
     finally:
         model.train(was_training)
-    scores, totals = _all_reduce(scores).cpu().tolist(), _all_reduce(totals).cpu().tolist()
+    hits: list[float] = _all_reduce(scores).cpu().tolist()
+    keys: list[float] = _all_reduce(totals).cpu().tolist()
     record: dict = {"eval": "passkey"}
     for c, (n, d) in enumerate(cells):
-        record[f"passkey@{n}@{round(100 * d)}"] = scores[c] / max(1.0, totals[c])
+        record[f"passkey@{n}@{round(100 * d)}"] = hits[c] / max(1.0, keys[c])
     return record

@@ -121,7 +121,7 @@ class MemoryMeter:
         self.cuda = torch.cuda.is_available()
         self.enabled = enabled
         self.name = "cuda_allocator" if self.cuda else "cpu_tensor_tracker"
-        self._tracker = None
+        self._tracker: TensorMemoryTracker | None = None
         self._model = self._optimizer = None
 
     def track(self, model, optimizer) -> None:
@@ -133,9 +133,10 @@ class MemoryMeter:
         if self.cuda:
             torch.cuda.reset_peak_memory_stats()
             return
-        self._tracker = TensorMemoryTracker()
-        self._tracker.register(state_tensors(self._model, self._optimizer))
-        self._tracker.__enter__()
+        tracker = TensorMemoryTracker()
+        tracker.register(state_tensors(self._model, self._optimizer))
+        tracker.__enter__()
+        self._tracker = tracker
 
     def next_micro_batch(self) -> None:
         pass

@@ -67,16 +67,16 @@ class LayerInputOffload(CheckpointHiddenStatesOffload):
 
 def _marking_forward(offload: LayerInputOffload):
     def forward(self, *args, **kwargs):
-        hidden = args[0] if args else None
-        mark = (offload.active and self.training and torch.is_grad_enabled() and self.gradient_checkpointing
-                and torch.is_tensor(hidden))
-        if mark:
-            offload.mark(hidden)
+        hidden = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        marked = hidden if (offload.active and self.training and torch.is_grad_enabled()
+                            and self.gradient_checkpointing) else None
+        if marked is not None:
+            offload.mark(marked)
         try:
             return type(self).forward(self, *args, **kwargs)  # Transformers' checkpointing forward
         finally:
-            if mark:  # a mark the checkpoint did not take must not outlive the call (ids are reused)
-                offload._consume_mark(hidden)
+            if marked is not None:  # a mark the checkpoint did not take must not outlive the call (ids are reused)
+                offload._consume_mark(marked)
 
     return forward
 

@@ -14,6 +14,7 @@ again. The reported loss is the all-reduced sum of (token-loss sum / N) over ran
 from __future__ import annotations
 
 import math
+from collections.abc import Sized
 
 import torch
 from torch.utils.data import Dataset, SequentialSampler
@@ -73,6 +74,8 @@ class UlyssesTrainer(Trainer):
         if checkpoint_offload:  # the mark sits on each layer's forward: after ZeRO-3's pre-hooks (offload.py)
             from .offload import mark_checkpointed_inputs
 
+            if self.model is None:
+                raise ValueError("model: checkpoint offload marks the model's layers, and no model was given")
             mark_checkpointed_inputs(self.model, self.offload)
         self.world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
         self.dp = self.world // max(1, sp_size)
@@ -86,13 +89,16 @@ class UlyssesTrainer(Trainer):
         self.step_loss: torch.Tensor | None = None  # this rank's share of the step's loss (on its device)
         self.step_tokens = 0  # input tokens this rank processed in the step (its shards)
         self.step_targets = 0  # N of the step (whole world)
-        self.last_grad_norm = None
-        self.last_lr = None
+        self.last_grad_norm: float | None = None
+        self.last_lr: float | None = None
         self.loss_sum, self.loss_steps = 0.0, 0  # the steps' whole losses L, as StepMetricsCallback gathers them
 
     # data: in order, so a step sees the same rows whatever the layout (the shuffle, if any, is in the data)
     def _get_train_sampler(self, train_dataset=None):
-        return SequentialSampler(train_dataset if train_dataset is not None else self.train_dataset)
+        dataset = train_dataset if train_dataset is not None else self.train_dataset
+        if not isinstance(dataset, Sized):
+            raise TypeError(f"train_dataset: the in-order sampler needs a dataset with a length, not {dataset!r}")
+        return SequentialSampler(dataset)
 
     def _get_num_items_in_batch(self, batch_samples, device):
         n = 0

@@ -70,9 +70,9 @@ class StatesCallback(TrainerCallback):
         self.done = True
         row = {"rank": torch.distributed.get_rank() if torch.distributed.is_initialized() else 0,
                **rank_states(self.trainer.model, self.trainer.optimizer)}
-        rows = [row]
+        rows: list[dict | None] = [row]
         if torch.distributed.is_initialized():
-            rows = [None] * torch.distributed.get_world_size()
+            rows = [None] * torch.distributed.get_world_size()  # each rank's row, gathered in place
             torch.distributed.all_gather_object(rows, row)
         if row["rank"] == 0:
             with open(self.path, "a") as f:

@@ -153,6 +153,8 @@ def run_stage(spec, run_dir: Path, stage_index: int, *, resume_from: Path | None
 
     def evaluate_positions(step: int) -> None:
         """Loss by position on the held-back rows (every rank; rank 0 writes the record)."""
+        if eval_rows is None:  # no rows held back (run.eval_rows 0): nothing to score
+            return
         record = position_loss(live["model"], eval_rows, stage.seq_len, device)
         evaluated.add(step)
         if writer is not None:
@@ -192,8 +194,10 @@ def run_stage(spec, run_dir: Path, stage_index: int, *, resume_from: Path | None
         trainer.save_model(str(Path(run_dir) / "stages" / f"stage{stage_index}"))
     trainer.accelerator.free_memory()
     engine = getattr(trainer, "model_wrapped", None)
-    if hasattr(engine, "destroy"):
-        engine.destroy()
+    destroy = getattr(engine, "destroy", None)  # DeepSpeed's engine; a plain module has none
+    if destroy is not None:
+        destroy()
+    del destroy
     del trainer, model, engine
     gc.collect()
     return cb

@@ -6,14 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.tiny import tiny_plan
 from worker.trainer.attempt import read_metrics
 
 ULAB = Path(sys.executable).parent / "ulab"
 CONTRACT = Path(__file__).resolve().parents[1] / "contract"
-
-TINY_LLAMA = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-              "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 512, "max_position_embeddings": 2048}
-
 
 def write_documents(path: Path, n_docs: int = 400) -> Path:
     """Documents of different lengths separated by blank lines, so packed rows hold several documents."""
@@ -29,19 +26,10 @@ def write_documents(path: Path, n_docs: int = 400) -> Path:
 
 def make_plan(path: Path, data: Path, *, sp: int = 1, dp: int = 1, gas: int = 1, steps: int = 8,
               seq_len: int = 256, nodes: int = 1, training: dict | None = None, **run) -> Path:
-    world = sp * dp
-    plan = {
-        "model": {"config": dict(TINY_LLAMA)},
-        "hardware": {"gpu": "H100-80GB", "gpus_per_node": world // nodes, "num_nodes": nodes},
-        "parallel": {"sp_size": sp, "dp_size": dp},
-        "training": {"seq_len": seq_len, "micro_batch_size": 1, "grad_accum": gas, "dtype": "fp32",
-                     "zero_stage": 2, "offload_optimizer": False, "offload_params": False,
-                     "activation_checkpointing": False, "checkpoint_offload": False, "tiled_mlp": False,
-                     "tiled_logits_loss": False, "attn_implementation": "sdpa"},
-        "run": {"steps": steps, "learning_rate": 1e-3, "seed": 0, "data": {"path": str(data)},
-                "model_path": None, "checkpoint_every": 0, **run},
-    }
-    plan["training"].update(training or {})
+    """Write tests.tiny.tiny_plan() with a run section (`steps` on `data`, lr 1e-3, seed 0, no checkpoints)."""
+    plan = tiny_plan(sp, seq_len, dp, nodes, grad_accum=gas, **(training or {}))
+    plan["run"] = {"steps": steps, "learning_rate": 1e-3, "seed": 0, "data": {"path": str(data)},
+                   "model_path": None, "checkpoint_every": 0, **run}
     path.write_text(json.dumps(plan, indent=1))
     return path
 
