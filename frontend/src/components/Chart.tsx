@@ -41,12 +41,18 @@ export function Chart({ testid, title, x, lines, height = 220, xLabel = "step", 
   const box = useRef<HTMLDivElement>(null);
   const plot = useRef<uPlot | null>(null);
   const zoomCb = useRef(onZoom);
-  zoomCb.current = onZoom;
+  // What the plot is built from when its shape changes (the data alone changes in place, below).
+  const props = useRef({ x, lines, height, xLabel, yLabel, logX, xFormat, yMax, bands });
+  useEffect(() => {
+    zoomCb.current = onZoom;
+    props.current = { x, lines, height, xLabel, yLabel, logX, xFormat, yMax, bands };
+  });
   const shape = lines.map((l) => `${l.label}|${l.color}|${l.dash ?? ""}`).join(",") + `|${logX}|${height}|${yMax}|${JSON.stringify(bands ?? [])}`;
 
   useEffect(() => {
     const el = box.current;
     if (!el) return;
+    const { x, lines, height, xLabel, yLabel, logX, xFormat, yMax, bands } = props.current;
     const opts: uPlot.Options = {
       width: Math.max(200, el.clientWidth),
       height,
@@ -104,7 +110,6 @@ export function Chart({ testid, title, x, lines, height = 220, xLabel = "step", 
       u.destroy();
       plot.current = null;
     };
-    // eslint-disable-next-line react-hooks/exhaustive-deps
   }, [shape]);
 
   useEffect(() => {

@@ -6,10 +6,10 @@ import { EvalCharts } from "./EvalCharts";
 import { aligned, single } from "./series";
 import type { Store, Zoom } from "./useRunData";
 
-type Props = { run: Run; store: Store; version: number; zoom: Zoom; setZoom: (z: Zoom) => void };
+type Props = { run: Run; store: Store; zoom: Zoom; setZoom: (z: Zoom) => void };
 
-function MetricChart({ store, version, name, title, testid, predicted, onZoom, scale = 1, showPlanner = true }: {
-  store: Store; version: number; name: string; title: string; testid: string;
+function MetricChart({ store, name, title, testid, predicted, onZoom, scale = 1, showPlanner = true }: {
+  store: Store; name: string; title: string; testid: string;
   predicted?: number | null; onZoom: (a: number, b: number) => void; scale?: number; showPlanner?: boolean;
 }) {
   const { x, lines, offScale } = useMemo(() => {
@@ -23,8 +23,7 @@ function MetricChart({ store, version, name, title, testid, predicted, onZoom, s
       && (predicted > 10 * Math.max(...seen) || predicted < Math.min(...seen) / 10);
     if (predicted != null && showPlanner && !offScale) lines.push({ label: "planner", values: s.x.map(() => predicted), color: "#111", dash: [6, 4] });
     return { x: s.x, lines, offScale };
-    // eslint-disable-next-line react-hooks/exhaustive-deps
-  }, [store, version, name, predicted, scale, showPlanner]);
+  }, [store, name, predicted, scale, showPlanner]);
   const how = offScale ? ", over 10x off the measurement: not drawn" : showPlanner ? ", dashed" : "";
   const full = predicted != null ? `${title} (planner: ${fmtNum(predicted, 2)}${how})` : title;
   // Steps have arrived but none carries this metric: the trainer does not report it (MFU is null on CPU ranks,
@@ -36,8 +35,8 @@ function MetricChart({ store, version, name, title, testid, predicted, onZoom, s
 }
 
 /** One line per rank of a metric every rank reports (the system figures). */
-function RankChart({ store, version, name, title, testid, onZoom, noData }: {
-  store: Store; version: number; name: string; title: string; testid: string; onZoom: (a: number, b: number) => void;
+function RankChart({ store, name, title, testid, onZoom, noData }: {
+  store: Store; name: string; title: string; testid: string; onZoom: (a: number, b: number) => void;
   noData?: string;
 }) {
   const { x, lines, n } = useMemo(() => {
@@ -47,8 +46,7 @@ function RankChart({ store, version, name, title, testid, onZoom, noData }: {
       ...(i === 0 ? { width: 2 } : { dash: [5, 5], width: 1.5 }),
     }));
     return { x: a.x, lines, n: a.values.reduce((k, v) => k + v.filter((p) => p !== null).length, 0) };
-    // eslint-disable-next-line react-hooks/exhaustive-deps
-  }, [store, version, name]);
+  }, [store, name]);
   const reportsSteps = x.length === 0 && single(store, "loss").x.length > 0;
   return <Chart testid={testid} title={title} x={x} lines={lines} points={n} onZoom={onZoom} height={160}
     emptyText={noData ?? (reportsSteps ? "not reported by this run" : "no data yet")} />;
@@ -63,24 +61,24 @@ const GPU_CHARTS: [string, string, string][] = [
 
 /** Host and GPU figures per rank (worker/trainer/system.py). A run on CPU ranks has no GPU to read: its GPU
  * charts say so instead of waiting for data. */
-function SystemCharts({ run, store, version, onZoom }: { run: Run; store: Store; version: number; onZoom: (a: number, b: number) => void }) {
+function SystemCharts({ run, store, onZoom }: { run: Run; store: Store; onZoom: (a: number, b: number) => void }) {
   const noGpu = run.device === "cpu" ? "no GPU: this run ran on CPU ranks" : undefined;
   return (
     <details className="card" open data-testid="system-charts" data-no-gpu={noGpu ? "true" : "false"}>
       <summary>System (per rank)</summary>
       <div className="chart-grid">
-        <RankChart store={store} version={version} name="cpu_percent" title="CPU of the rank's process (% of one core)" testid="cpu-chart" onZoom={onZoom} />
-        <RankChart store={store} version={version} name="rss_gib" title="resident memory of the rank (GiB)" testid="rss-chart" onZoom={onZoom} />
-        <RankChart store={store} version={version} name="host_cpu_percent" title="host CPU (% of all cores)" testid="host-cpu-chart" onZoom={onZoom} />
+        <RankChart store={store} name="cpu_percent" title="CPU of the rank's process (% of one core)" testid="cpu-chart" onZoom={onZoom} />
+        <RankChart store={store} name="rss_gib" title="resident memory of the rank (GiB)" testid="rss-chart" onZoom={onZoom} />
+        <RankChart store={store} name="host_cpu_percent" title="host CPU (% of all cores)" testid="host-cpu-chart" onZoom={onZoom} />
         {GPU_CHARTS.map(([name, title, testid]) => (
-          <RankChart key={name} store={store} version={version} name={name} title={title} testid={testid} onZoom={onZoom} noData={noGpu} />
+          <RankChart key={name} store={store} name={name} title={title} testid={testid} onZoom={onZoom} noData={noGpu} />
         ))}
       </div>
     </details>
   );
 }
 
-export function RunCharts({ run, store, version, zoom, setZoom }: Props) {
+export function RunCharts({ run, store, zoom, setZoom }: Props) {
   const [smooth, setSmooth] = useState(0.6);
   const [showPlanner, setShowPlanner] = useState(true);
   const onZoom = (a: number, b: number) => setZoom({ start: Math.floor(a), end: Math.ceil(b) });
@@ -106,8 +104,7 @@ export function RunCharts({ run, store, version, zoom, setZoom }: Props) {
       bands = [[lines.length - 2, lines.length - 1]];
     }
     return { x: s.x, lines, n: s.y.filter((v) => v !== null).length, bands };
-    // eslint-disable-next-line react-hooks/exhaustive-deps
-  }, [store, version, smooth]);
+  }, [store, smooth]);
 
   const memory = useMemo(() => {
     const a = aligned(store, "peak_allocated_gib");
@@ -136,8 +133,7 @@ export function RunCharts({ run, store, version, zoom, setZoom }: Props) {
     let measured: number | null = null;
     for (const v of a.values) for (const p of v) if (p !== null && (measured === null || p > measured)) measured = p;
     return { x: a.x, lines, n: a.values.reduce((n, v) => n + v.filter((p) => p !== null).length, 0), measured, equalRanks };
-    // eslint-disable-next-line react-hooks/exhaustive-deps
-  }, [store, version, predictedPeak, showPlanner]);
+  }, [store, predictedPeak, showPlanner]);
 
   return (
     <div className="run-charts">
@@ -166,19 +162,19 @@ export function RunCharts({ run, store, version, zoom, setZoom }: Props) {
           <Chart testid="memory-chart" title={`peak allocated memory per rank (GiB)${memory.measured != null ? `: max ${fmtNum(memory.measured, 3)}` : ""}${predictedPeak != null ? `, planner ${fmtNum(predictedPeak, 3)}${showPlanner ? " dashed" : ""}` : ""}`}
             x={memory.x} lines={memory.lines} points={memory.n} onZoom={onZoom} height={240} />
         </div>
-        <MetricChart store={store} version={version} name="lr" title="learning rate" testid="lr-chart" onZoom={onZoom} showPlanner={showPlanner} />
-        <MetricChart store={store} version={version} name="grad_norm" title="grad norm" testid="grad-norm-chart" onZoom={onZoom} showPlanner={showPlanner} />
-        <MetricChart store={store} version={version} name="tokens_per_s" title="tokens/s (job)" testid="tokens-chart"
+        <MetricChart store={store} name="lr" title="learning rate" testid="lr-chart" onZoom={onZoom} showPlanner={showPlanner} />
+        <MetricChart store={store} name="grad_norm" title="grad norm" testid="grad-norm-chart" onZoom={onZoom} showPlanner={showPlanner} />
+        <MetricChart store={store} name="tokens_per_s" title="tokens/s (job)" testid="tokens-chart"
           predicted={thr?.tokens_per_s} onZoom={onZoom} showPlanner={showPlanner} />
-        <MetricChart store={store} version={version} name="tflops_per_gpu" title="TFLOPS per GPU" testid="tflops-chart"
+        <MetricChart store={store} name="tflops_per_gpu" title="TFLOPS per GPU" testid="tflops-chart"
           predicted={thr?.tflops_per_gpu} onZoom={onZoom} showPlanner={showPlanner} />
-        <MetricChart store={store} version={version} name="mfu" title="MFU (%)" testid="mfu-chart"
+        <MetricChart store={store} name="mfu" title="MFU (%)" testid="mfu-chart"
           predicted={thr ? thr.mfu * 100 : null} scale={100} onZoom={onZoom} showPlanner={showPlanner} />
-        <MetricChart store={store} version={version} name="step_time_s" title="step time (s)" testid="step-time-chart"
+        <MetricChart store={store} name="step_time_s" title="step time (s)" testid="step-time-chart"
           predicted={thr?.step_time_s} onZoom={onZoom} showPlanner={showPlanner} />
       </div>
-      <EvalCharts store={store} version={version} />
-      <SystemCharts run={run} store={store} version={version} onZoom={onZoom} />
+      <EvalCharts store={store} />
+      <SystemCharts run={run} store={store} onZoom={onZoom} />
     </div>
   );
 }
