@@ -1,5 +1,5 @@
 import { useQuery } from "@tanstack/react-query";
-import { createContext, useCallback, useContext, useEffect, useState, type ReactNode } from "react";
+import { createContext, useCallback, useContext, useEffect, useMemo, useState, type ReactNode } from "react";
 import { client, UNAUTHORIZED_EVENT, unwrap, type Identity, type Role, type Run } from "./api";
 
 type Auth = {
@@ -46,7 +46,9 @@ export function AuthProvider({ children }: { children: ReactNode }) {
   }, []);
   // a failed read (401: not signed in) means no identity, even where an earlier read had one
   const identity = session.isPending ? undefined : session.isError ? null : session.data;
-  return <AuthContext.Provider value={{ identity, refresh, unauthorized }}>{children}</AuthContext.Provider>;
+  // one value while nothing changes: every run row's actions read it, and a new object would re-render them all
+  const value = useMemo(() => ({ identity, refresh, unauthorized }), [identity, refresh, unauthorized]);
+  return <AuthContext.Provider value={value}>{children}</AuthContext.Provider>;
 }
 
 export const useAuth = () => useContext(AuthContext);

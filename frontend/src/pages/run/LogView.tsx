@@ -19,19 +19,20 @@ export function LogView({ run }: { run: Run }) {
   const ranks = (run.spec.parallel?.sp_size ?? 1) * (run.spec.parallel?.dp_size ?? 1);
   const [source, setSource] = useState("all");
   const [query, setQuery] = useState("");
-  const searched = usePaused(query.trim(), 300);  // a search waits for the typing to pause
   const pre = useRef<HTMLPreElement>(null);
   const terminal = isTerminal(run.state);
   const filter = useMemo<LogFilter>(() => ({
     rank: source.startsWith("rank") ? Number(source.slice(4)) : undefined,
     launcher: source === "launcher",
-    q: searched || undefined,
-  }), [source, searched]);
+    q: query.trim() || undefined,
+  }), [source, query]);
+  // what is read: a search waits for the typing to pause (the download link follows the filter at once)
+  const asked = usePaused(filter, filter.q ? 300 : 0);
   // polled while the run is active; the lines shown stay until the next answer (a new filter's too)
   const read = useQuery({
-    queryKey: ["log", run.id, filter],
+    queryKey: ["log", run.id, asked],
     queryFn: () => unwrap(client.GET("/api/runs/{run_id}/log", {
-      params: { path: { run_id: run.id }, query: { lines: 500, ...filter, launcher: filter.launcher || undefined } },
+      params: { path: { run_id: run.id }, query: { lines: 500, ...asked, launcher: asked.launcher || undefined } },
     })),
     refetchInterval: terminal ? false : 3000,
     placeholderData: keepPreviousData,
