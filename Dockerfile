@@ -23,6 +23,8 @@ WORKDIR /src/frontend
 COPY frontend/package.json frontend/package-lock.json ./
 RUN npm ci --no-audit --no-fund
 COPY frontend/ ./
+# the planner bundles examples/tiny-llama-sp2.json (imported from ../examples)
+COPY examples/ ../examples/
 COPY --from=base /app/openapi.json ./openapi.json
 RUN npm run build
 

@@ -27,8 +27,15 @@ frontend: frontend/dist/index.html
 frontend/openapi.json: $(STAMP) FORCE
 	$(BIN)/ulab openapi --out $@
 
-frontend/dist/index.html: $(FRONTEND_SRC) frontend/openapi.json
-	cd frontend && npm ci --no-audit --no-fund --loglevel=error && npm run build
+# The dashboard's packages, installed (npm ci) once per package-lock.json: its build, lint and unit tests use them.
+FRONTEND_DEPS := frontend/node_modules/.installed
+$(FRONTEND_DEPS): frontend/package-lock.json
+	cd frontend && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+# The planner bundles examples/tiny-llama-sp2.json (its "Tiny Llama" example is that file).
+frontend/dist/index.html: $(FRONTEND_SRC) frontend/openapi.json examples/tiny-llama-sp2.json $(FRONTEND_DEPS)
+	cd frontend && npm run build
 
 chromium:
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
@@ -55,10 +62,12 @@ run: install frontend
 	trap 'kill $$worker 2>/dev/null; wait $$worker 2>/dev/null' EXIT INT TERM; \
 	ULAB_API_URL=http://$(HOST):$(PORT) $(BIN)/ulab serve --no-migrate --host $(HOST) --port $(PORT)
 
-# Lint (ruff: pyflakes, pycodestyle, import order, bugbear, pyupgrade) and types (mypy on plan/ and backend/).
-lint: install
+# Lint (ruff: pyflakes, pycodestyle, import order, bugbear, pyupgrade) and types (mypy on plan/ and backend/); the
+# dashboard's ESLint (typescript-eslint, React's rules of hooks; no warning allowed) and its vitest unit tests.
+lint: install $(FRONTEND_DEPS)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	cd frontend && npm run --silent lint && npm test --silent
 
 # The whole suite against the real services (PostgreSQL and Redis on 127.0.0.1, Chromium, torchrun, Slurm).
 # Lint, the dashboard build and DeepSpeed's ops build side by side first. Then two pytest processes, each taking

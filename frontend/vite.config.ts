@@ -6,5 +6,6 @@ export default defineConfig({
   plugins: [react()],
   base: "./",
   build: { outDir: "dist", chunkSizeWarningLimit: 1000 },
-  server: { proxy: { "/api": "http://127.0.0.1:8765" } },
+  // the planner's example plans are imported from ../examples (the repository's own files)
+  server: { proxy: { "/api": "http://127.0.0.1:8765" }, fs: { allow: [".", "../examples"] } },
 });

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from backend.core.text import NoControlChars
+from backend.runs.states import RunState
 from plan.model import LrScheduler, RunSection
 from plan.results import Estimate
 
@@ -32,7 +33,7 @@ class RunCreate(BaseModel):
 class AttemptOut(BaseModel):
     model_config = ConfigDict(from_attributes=True)
     attempt: int
-    state: str
+    state: RunState
     worker: str | None
     started_at: datetime | None
     finished_at: datetime | None
@@ -65,7 +66,7 @@ class EventOut(BaseModel):
 class RunOut(BaseModel):
     id: int
     name: str
-    state: str
+    state: RunState
     plan_id: int | None
     spec: dict[str, Any]
     estimate: Estimate | None

@@ -1,4 +1,5 @@
-import { api } from "./lib/api";
+import { useMutation } from "@tanstack/react-query";
+import { client, unwrap } from "./lib/api";
 import { AuthProvider, useAuth } from "./lib/auth";
 import { navigate, useRoute } from "./lib/route";
 import { CalibrationPage } from "./pages/Calibration";
@@ -12,21 +13,24 @@ import { SignIn } from "./pages/SignIn";
 
 function Who() {
   const { identity, refresh } = useAuth();
+  const signOut = useMutation({
+    mutationFn: () => unwrap(client.DELETE("/api/session")),
+    onSuccess: async () => {
+      await refresh();
+      navigate("/signin");
+    },
+  });
   if (identity === undefined) return null;
   if (!identity) return <a className="who" href="#/signin" data-testid="signin-link">Sign in</a>;
-  const signOut = async () => {
-    await api.signOut().catch(() => undefined);
-    await refresh();
-    navigate("/signin");
-  };
   return (
     <span className="who" data-testid="whoami" data-role={identity.role}>
       {identity.name} <span className="muted">({identity.role})</span>{" "}
       {identity.token_id == null ? (
         <a href="#/signin" data-testid="signin-link">sign in</a> // open reads: anonymous viewer
       ) : (
-        <button type="button" className="link" data-testid="signout" onClick={signOut}>sign out</button>
+        <button type="button" className="link" data-testid="signout" disabled={signOut.isPending} onClick={() => signOut.mutate()}>sign out</button>
       )}
+      {signOut.error ? <span className="field-error" data-testid="signout-error"> {signOut.error.message}</span> : null}
     </span>
   );
 }

@@ -207,6 +207,48 @@ def test_a_late_answer_for_an_old_filter_never_replaces_the_rows(api_server, api
     api.post(f"/api/runs/{rid}/cancel")
 
 
+def test_an_unchanged_poll_keeps_each_row_and_its_buttons(api_server, api, corpus):
+    """The runs table reads the list again every 2 s. A poll that answers the same run leaves its row's DOM as it is
+    (the same <tr>, the same open "Yes, cancel" button, nothing inside changed), so the button under the pointer stays
+    clickable: a fresh-clone make test once saw "Yes, cancel" detached from the DOM for 30 s."""
+    run = submit(api, tiny_plan(sp_size=2), {"steps": 5, "data": {"path": str(corpus)}},
+                 name=f"ui-stable-{uuid.uuid4().hex[:6]}", approve=False)  # pending: unchanged from poll to poll
+    rid = run["id"]
+    is_list = re.compile(r"/api/runs(\?[^/]*)?$")
+    with chromium_page() as page:
+        page.goto(f"{api_server}/#/runs")
+        page.locator(f"[data-testid=run-row-{rid}]").wait_for(timeout=20_000)
+        page.click(f"[data-testid=cancel-{rid}]")
+        page.locator(f"[data-testid=confirm-cancel-{rid}]").wait_for(timeout=5_000)
+        # Tag the row and the button a person is about to click, and count any change inside the row.
+        page.evaluate("""(rid) => {
+          const row = document.querySelector(`[data-testid=run-row-${rid}]`);
+          row.dataset.tag = "kept";
+          document.querySelector(`[data-testid=confirm-cancel-${rid}]`).dataset.tag = "kept";
+          window.__changes = [];
+          new MutationObserver((ms) => ms.forEach((m) => window.__changes.push(`${m.type} ${m.target.nodeName}`)))
+            .observe(row, { subtree: true, childList: true, attributes: true, characterData: true });
+        }""", rid)
+        # Three more polls: by the third answer, the first two have long been drawn (they are 2 s apart).
+        for _ in range(3):
+            with page.expect_response(lambda r: bool(is_list.search(r.url)), timeout=10_000):
+                pass
+        kept = page.evaluate("""(rid) => ({
+          row: document.querySelector(`[data-testid=run-row-${rid}]`)?.dataset.tag ?? null,
+          button: document.querySelector(`[data-testid=confirm-cancel-${rid}]`)?.dataset.tag ?? null,
+          changes: window.__changes,
+        })""", rid)
+        assert kept["row"] == "kept", "the row was re-created by a poll"
+        assert kept["button"] == "kept", "the confirm button was re-created by a poll"
+        assert kept["changes"] == [], kept["changes"]
+        # The very button tagged before the polls is the one clicked.
+        page.click(f"[data-testid=confirm-cancel-{rid}][data-tag=kept]", timeout=5_000)
+        page.wait_for_function(
+            f"() => document.querySelector('[data-testid=run-row-{rid}]')?.dataset.state === 'cancelled'",
+            timeout=20_000)
+    assert api.get(f"/api/runs/{rid}").json()["state"] == "cancelled"
+
+
 def test_approving_a_run_that_does_not_fit_asks_for_force(api_server, api, corpus):
     plan = tiny_plan(sp_size=2)
     # A made-up GPU with 10 MiB: the planner says the tiny model does not fit, so approval needs force.

@@ -125,3 +125,5 @@ def test_dockerfile_copies_every_package_and_generates_the_api_types_first():
     # the Node stage builds against the schema the Python stage wrote
     assert dockerfile.index("ulab openapi --out") < dockerfile.index("npm run build")
     assert "openapi.json" in dockerfile.split("FROM node")[1]
+    # the planner bundles examples/tiny-llama-sp2.json: the Node stage has it beside frontend/ before it builds
+    assert "COPY examples/ ../examples/" in dockerfile.split("FROM node")[1].split("npm run build")[0]

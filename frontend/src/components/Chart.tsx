@@ -46,13 +46,19 @@ export function Chart({ testid, title, x, lines, height = 220, xLabel = "step", 
   const box = useRef<HTMLDivElement>(null);
   const plot = useRef<uPlot | null>(null);
   const zoomCb = useRef(onZoom);
-  zoomCb.current = onZoom;
   const scheme = useColorScheme();  // canvas colours are resolved at creation: a switch of scheme redraws
+  // What the plot is built from when its shape changes (the data alone changes in place, below).
+  const props = useRef({ x, lines, height, xLabel, yLabel, logX, xFormat, yMax, bands });
+  useEffect(() => {
+    zoomCb.current = onZoom;
+    props.current = { x, lines, height, xLabel, yLabel, logX, xFormat, yMax, bands };
+  });
   const shape = lines.map((l) => `${l.label}|${l.color}|${l.dash ?? ""}`).join(",") + `|${logX}|${height}|${yMax}|${JSON.stringify(bands ?? [])}|${scheme}`;
 
   useEffect(() => {
     const el = box.current;
     if (!el) return;
+    const { x, lines, height, xLabel, yLabel, logX, xFormat, yMax, bands } = props.current;
     const axis = { stroke: resolveColor("var(--chart-axis)"), grid: { stroke: resolveColor("var(--chart-grid)") },
       ticks: { stroke: resolveColor("var(--chart-grid)") } };
     const hidden = hiddenSeries(testid);  // switched off in the legend, as the page's URL says
@@ -123,8 +129,7 @@ export function Chart({ testid, title, x, lines, height = 220, xLabel = "step", 
       u.destroy();
       plot.current = null;
     };
-    // eslint-disable-next-line react-hooks/exhaustive-deps
-  }, [shape]);
+  }, [shape, testid]);
 
   useEffect(() => {
     plot.current?.setData([x, ...lines.map((l) => l.values)] as uPlot.AlignedData);

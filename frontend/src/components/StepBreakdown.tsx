@@ -73,8 +73,8 @@ function PartList({ parts, testid }: { parts: Part[]; testid: string }) {
 
 /** Measured step-time breakdown (median of the last BREAKDOWN_WINDOW optimizer steps, and per step) beside the
  * planner's predicted breakdown for the plan's GPU. A part the trainer did not time is "not measured", never 0. */
-export function StepBreakdown({ run, store, version, onZoom, onZoomReset }: {
-  run: Run; store: Store; version: number; onZoom?: (a: number, b: number) => void; onZoomReset?: () => void;
+export function StepBreakdown({ run, store, onZoom, onZoomReset }: {
+  run: Run; store: Store; onZoom?: (a: number, b: number) => void; onZoomReset?: () => void;
 }) {
   const { measured, chart, steps, rest, reporting } = useMemo(() => {
     const series = MEASURED.map(([name]) => perStep(store, name));
@@ -96,8 +96,7 @@ export function StepBreakdown({ run, store, version, onZoom, onZoomReset }: {
     })).filter((_, i) => series[i].size > 0);
     const reporting = perStep(store, "step_time_s").size > 0 || (store.get("loss")?.size ?? 0) > 0;
     return { measured, chart: { x, lines }, steps: Math.max(0, ...series.map((m) => m.size)), rest, reporting };
-    // eslint-disable-next-line react-hooks/exhaustive-deps
-  }, [store, version]);
+  }, [store]);
   const terms = run.estimate?.throughput?.time_breakdown_s ?? null;
   const predicted: Part[] = PREDICTED.map(([key, label, color]) => ({
     key, label, color, seconds: terms && typeof terms[key] === "number" ? terms[key] : null,

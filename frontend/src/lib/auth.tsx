@@ -1,5 +1,6 @@
-import { createContext, useCallback, useContext, useEffect, useState, type ReactNode } from "react";
-import { api, UNAUTHORIZED_EVENT, type Identity, type Role, type Run } from "./api";
+import { useQuery } from "@tanstack/react-query";
+import { createContext, useCallback, useContext, useEffect, useMemo, useState, type ReactNode } from "react";
+import { client, UNAUTHORIZED_EVENT, unwrap, type Identity, type Role, type Run } from "./api";
 
 type Auth = {
   /** undefined while asking the API, null when not signed in */
@@ -31,23 +32,23 @@ export function canCancel(identity: Identity | null | undefined, run: Run): bool
 }
 
 export function AuthProvider({ children }: { children: ReactNode }) {
-  const [identity, setIdentity] = useState<Identity | null | undefined>(undefined);
+  const session = useQuery({ queryKey: ["session"], queryFn: () => unwrap(client.GET("/api/session")) });
   const [unauthorized, setUnauthorized] = useState(false);
+  const { refetch } = session;
   const refresh = useCallback(async () => {
-    try {
-      setIdentity(await api.whoami());
-      setUnauthorized(false);
-    } catch {
-      setIdentity(null);
-    }
-  }, []);
+    const r = await refetch();
+    if (r.isSuccess) setUnauthorized(false);
+  }, [refetch]);
   useEffect(() => {
-    refresh();
     const on401 = () => setUnauthorized(true);
     window.addEventListener(UNAUTHORIZED_EVENT, on401);
     return () => window.removeEventListener(UNAUTHORIZED_EVENT, on401);
-  }, [refresh]);
-  return <AuthContext.Provider value={{ identity, refresh, unauthorized }}>{children}</AuthContext.Provider>;
+  }, []);
+  // a failed read (401: not signed in) means no identity, even where an earlier read had one
+  const identity = session.isPending ? undefined : session.isError ? null : session.data;
+  // one value while nothing changes: every run row's actions read it, and a new object would re-render them all
+  const value = useMemo(() => ({ identity, refresh, unauthorized }), [identity, refresh, unauthorized]);
+  return <AuthContext.Provider value={value}>{children}</AuthContext.Provider>;
 }
 
 export const useAuth = () => useContext(AuthContext);

@@ -1,5 +1,5 @@
-import { useEffect, useState } from "react";
-import { api, type Calibration } from "../lib/api";
+import { useQuery } from "@tanstack/react-query";
+import { client, unwrap } from "../lib/api";
 import { fmtGiB, fmtNum, fmtSeq } from "../lib/format";
 
 const FIGURES: [string, string][] = [
@@ -18,12 +18,8 @@ function ErrCell({ e }: { e: Err }) {
 /** The planner's error on finished runs and gpu-check results, per GPU type and feature set, and the opt-in fitted
  * correction per GPU type with its residual. */
 export function CalibrationPage() {
-  const [cal, setCal] = useState<Calibration | null>(null);
-  const [error, setError] = useState("");
-  useEffect(() => {
-    api.calibration().then(setCal).catch((e) => setError((e as Error).message));
-  }, []);
-  if (error) return <div className="card error">Could not load calibration: {error}</div>;
+  const { data: cal, error } = useQuery({ queryKey: ["calibration"], queryFn: () => unwrap(client.GET("/api/calibration")) });
+  if (error) return <div className="card error">Could not load calibration: {error.message}</div>;
   if (!cal) return <div className="muted">loading calibration…</div>;
   const errors = (x: Record<string, Err>) => FIGURES.map(([k]) => <ErrCell key={k} e={x[k]} />);
   return (

@@ -1,6 +1,7 @@
-import { useEffect, useMemo, useState } from "react";
+import { useQueries, useQuery } from "@tanstack/react-query";
+import { useMemo, useState } from "react";
 import { Chart, PALETTE, type Line } from "../components/Chart";
-import { api, type Run } from "../lib/api";
+import { client, unwrap, type Run } from "../lib/api";
 import { ema } from "../lib/format";
 import { navigate } from "../lib/route";
 
@@ -17,7 +18,7 @@ function flatten(obj: unknown, prefix = "", out: Record<string, string> = {}): R
 
 /** Overlay one metric across runs; per-rank metrics show the highest rank value at each step. */
 async function loadMetric(id: number, name: string): Promise<Series> {
-  const r = await api.metrics(id, name, 1000);
+  const r = await unwrap(client.GET("/api/runs/{run_id}/metrics", { params: { path: { run_id: id }, query: { name, points: 1000 } } }));
   const byStep = new Map<number, number>();
   for (const s of r.series) s.step.forEach((st, i) => byStep.set(st, Math.max(byStep.get(st) ?? -Infinity, s.last[i])));
   const step = [...byStep.keys()].sort((a, b) => a - b);
@@ -25,29 +26,38 @@ async function loadMetric(id: number, name: string): Promise<Series> {
 }
 
 export function Compare({ ids }: { ids: number[] }) {
-  const [all, setAll] = useState<Run[]>([]);
-  const [names, setNames] = useState<string[]>(["loss"]);
   const [metric, setMetric] = useState("loss");
   const [smooth, setSmooth] = useState(0);
-  const [data, setData] = useState<Record<number, Series>>({});
   const [onlyDiff, setOnlyDiff] = useState(true);
 
-  useEffect(() => {
-    api.runs().then(setAll).catch(() => setAll([]));
-  }, []);
+  const listed = useQuery({
+    queryKey: ["runs", ""],
+    queryFn: ({ signal }) => unwrap(client.GET("/api/runs", { params: { query: {} }, signal })) as Promise<Run[]>,
+  });
+  const all = useMemo(() => listed.data ?? [], [listed.data]);
   const runs = useMemo(() => ids.map((id) => all.find((r) => r.id === id)).filter(Boolean) as Run[], [all, ids]);
 
-  useEffect(() => {
-    Promise.all(ids.map((id) => api.metricNames(id).catch(() => [] as string[])))
-      .then((ls) => setNames([...new Set(ls.flat())].sort()));
-  }, [ids.join(",")]); // eslint-disable-line react-hooks/exhaustive-deps
-
-  useEffect(() => {
-    let stop = false;
-    Promise.all(ids.map((id) => loadMetric(id, metric).catch(() => ({ step: [], value: [] }))))
-      .then((ss) => !stop && setData(Object.fromEntries(ids.map((id, i) => [id, ss[i]]))));
-    return () => { stop = true; };
-  }, [ids.join(","), metric]); // eslint-disable-line react-hooks/exhaustive-deps
+  // Every metric any of the runs recorded, and the chosen metric of each run; a run whose read fails says so.
+  const named = useQueries({
+    queries: ids.map((id) => ({
+      queryKey: ["metric-names", id],
+      queryFn: () => unwrap(client.GET("/api/runs/{run_id}/metrics/names", { params: { path: { run_id: id } } })),
+    })),
+    combine: (rs) => ({
+      names: [...new Set(rs.flatMap((r) => r.data ?? []))].sort(),
+      errors: rs.flatMap((r, i) => (r.error ? [`#${ids[i]} metric names: ${r.error.message}`] : [])),
+    }),
+  });
+  const loaded = useQueries({
+    queries: ids.map((id) => ({ queryKey: ["compare-metric", id, metric], queryFn: () => loadMetric(id, metric) })),
+    combine: (rs) => ({
+      data: Object.fromEntries(ids.flatMap((id, i) => { const d = rs[i].data; return d ? [[id, d]] : []; })) as Record<number, Series>,
+      errors: rs.flatMap((r, i) => (r.error ? [`#${ids[i]} ${metric}: ${r.error.message}`] : [])),
+    }),
+  });
+  const names = named.names.length ? named.names : ["loss"];
+  const data = loaded.data;
+  const errors = [...(listed.error ? [`runs: ${listed.error.message}`] : []), ...named.errors, ...loaded.errors];
 
   const chart = useMemo(() => {
     const steps = new Set<number>();
@@ -96,7 +106,7 @@ export function Compare({ ids }: { ids: number[] }) {
       <div className="toolbar">
         <label>metric{" "}
           <select data-testid="compare-metric" value={metric} onChange={(e) => setMetric(e.target.value)}>
-            {(names.length ? names : ["loss"]).map((n) => <option key={n}>{n}</option>)}
+            {names.map((n) => <option key={n}>{n}</option>)}
           </select>
         </label>
         <label className="smooth">EMA
@@ -104,6 +114,7 @@ export function Compare({ ids }: { ids: number[] }) {
           {smooth.toFixed(2)}
         </label>
       </div>
+      {errors.length ? <div className="card error" data-testid="compare-errors">{errors.map((e) => <div key={e}>{e}</div>)}</div> : null}
       <Chart testid="compare-chart" title={`${metric} by run`} x={chart.x} lines={chart.lines} points={chart.n} height={300} />
       <div className="card">
         <div className="row-between">

@@ -1,17 +1,16 @@
-import { useEffect, useState } from "react";
-import { api, type StoredPlan } from "../lib/api";
+import { useQuery } from "@tanstack/react-query";
+import { client, unwrap, type StoredPlan } from "../lib/api";
 import { fmtTime } from "../lib/format";
 import { encodePlanParam } from "./planner/form";
 
 /** The stored plans, newest first (GET /api/plans): each with its estimate's verdict, and a link that opens it in the
  * planner. A plan is stored only when it is valid (with a run submitted from it, or saved through the API). */
 export function Plans() {
-  const [plans, setPlans] = useState<StoredPlan[] | null>(null);
-  const [error, setError] = useState("");
-  useEffect(() => {
-    api.plans().then(setPlans).catch((e) => setError((e as Error).message));
-  }, []);
-  if (error) return <div className="card field-error" data-testid="plans-error">{error}</div>;
+  const { data: plans, error } = useQuery({
+    queryKey: ["plans"],
+    queryFn: () => unwrap(client.GET("/api/plans")) as Promise<StoredPlan[]>,
+  });
+  if (error) return <div className="card field-error" data-testid="plans-error">{error.message}</div>;
   if (!plans) return <div className="card muted">loading…</div>;
   return (
     <div className="card" data-testid="plans">

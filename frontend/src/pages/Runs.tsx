@@ -1,13 +1,14 @@
-import { useCallback, useEffect, useMemo, useRef, useState } from "react";
+import { keepPreviousData, useQueries, useQuery } from "@tanstack/react-query";
+import { memo, useCallback, useMemo, useState } from "react";
 import { RunActions, StateBadge } from "../components/RunActions";
 import { SortHeader } from "../components/SortHeader";
-import { api, gpuName, TERMINAL, type Run, type RunState } from "../lib/api";
+import { client, gpuName, unwrap, type Run } from "../lib/api";
 import { fmtDuration, fmtNum, fmtSeq, fmtTime, fmtValue, parseTime } from "../lib/format";
+import { putRun } from "../lib/query";
 import { navigate } from "../lib/route";
+import { isTerminal, RUN_STATES } from "../lib/states";
 
-const STATES: RunState[] = ["pending_approval", "queued", "starting", "running", "succeeded", "failed", "oom", "cancelled", "lost", "stopped"];
-
-type Col = { key: string; label: string; value: (r: Run) => number | string; cls?: string };
+type Col = { key: string; label: string; value: (r: Run, tps: number | null) => number | string; cls?: string };
 
 function model(r: Run): string {
   const m = r.spec?.model;
@@ -19,100 +20,127 @@ function gpus(r: Run): number {
 function totalSteps(r: Run): number {
   return r.steps ?? Number(r.spec?.run?.steps ?? 0);
 }
-/** The last measured tokens/s of each run (one 1-bucket chart query per run: finished runs once, running ones on every
- * refresh), so the table shows what the run does, falling back to the planner's prediction (marked ≈). */
-const measuredTps = new Map<number, number | null>();
-async function refreshMeasured(runs: Run[]): Promise<boolean> {
-  const todo = runs.filter((r) => r.started_at && (!measuredTps.has(r.id) || !TERMINAL.includes(r.state))).slice(0, 50);
-  const got = await Promise.all(todo.map((r) => api.metrics(r.id, "tokens_per_s", 1).catch(() => null)));
-  todo.forEach((r, i) => {
-    const last = got[i]?.series[0]?.last;
-    measuredTps.set(r.id, last && last.length ? last[last.length - 1] : null);
+
+/** The last measured tokens/s of each started run (one 1-bucket chart query per run: a finished run's once, a live
+ * run's on every poll), so the table shows what the run does, falling back to the planner's prediction (marked ≈). */
+function useMeasuredTps(runs: Run[] | undefined): Map<number, { tps: number | null; error: string }> {
+  const started = (runs ?? []).filter((r) => r.started_at).slice(0, 50);
+  return useQueries({
+    queries: started.map((r) => ({
+      queryKey: ["tps", r.id],
+      queryFn: async () => {
+        const q = await unwrap(client.GET("/api/runs/{run_id}/metrics", {
+          params: { path: { run_id: r.id }, query: { name: "tokens_per_s", points: 1 } },
+        }));
+        const last = q.series[0]?.last;
+        return last && last.length ? last[last.length - 1] : null;
+      },
+      refetchInterval: isTerminal(r.state) ? false as const : 2000,
+      staleTime: isTerminal(r.state) ? Infinity : 0,
+    })),
+    combine: (results) => new Map(started.map((r, i) => [r.id, {
+      tps: results[i].data ?? null,
+      error: results[i].error ? `tokens/s: ${results[i].error.message}` : "",
+    }])),
   });
-  return todo.length > 0;
-}
-function tokensPerS(r: Run): number {
-  return measuredTps.get(r.id) ?? r.estimate?.throughput?.tokens_per_s ?? 0;
-}
-function tokensLabel(r: Run): string {
-  const m = measuredTps.get(r.id);
-  return m != null ? fmtNum(m) : `≈${fmtNum(r.estimate?.throughput?.tokens_per_s)}`;
 }
 
 const COLS: Col[] = [
   { key: "id", label: "#", value: (r) => r.id, cls: "id" },
   { key: "name", label: "name", value: (r) => r.name ?? "" },
-  { key: "state", label: "state", value: (r) => STATES.indexOf(r.state) },
+  { key: "state", label: "state", value: (r) => RUN_STATES.indexOf(r.state) },
   { key: "model", label: "model", value: model, cls: "opt" },
   { key: "gpus", label: "GPUs", value: gpus, cls: "opt" },
   { key: "seq", label: "seq_len", value: (r) => r.spec?.training?.seq_len ?? 0, cls: "opt" },
   { key: "sp", label: "sp", value: (r) => r.spec?.parallel?.sp_size ?? 0, cls: "opt" },
   { key: "progress", label: "progress", value: (r) => (totalSteps(r) ? (r.last_step ?? 0) / totalSteps(r) : 0) },
   { key: "loss", label: "final loss", value: (r) => r.final_loss ?? Infinity, cls: "opt" },
-  { key: "tps", label: "tokens/s", value: tokensPerS, cls: "opt2" },
+  { key: "tps", label: "tokens/s", value: (r, tps) => tps ?? r.estimate?.throughput?.tokens_per_s ?? 0, cls: "opt2" },
   { key: "started", label: "started", value: (r) => r.started_at ?? r.created_at, cls: "opt2" },
   { key: "duration", label: "duration", value: (r) => (r.started_at ? (r.finished_at ? parseTime(r.finished_at) : Date.now()) - parseTime(r.started_at) : -1), cls: "opt" },
 ];
 
+type RowProps = {
+  run: Run; selected: boolean; tps: number | null; tpsError: string;
+  onToggle: (id: number) => void; onChange: (r: Run) => void;
+};
+
+/** One run's row. Memoized on its props: a poll that answers the same run (the query keeps the same object for an
+ * unchanged answer) leaves the row, and the button under the pointer, as they are. */
+const RunRow = memo(function RunRow({ run: r, selected, tps, tpsError, onToggle, onChange }: RowProps) {
+  const steps = totalSteps(r);
+  return (
+    <tr data-testid={`run-row-${r.id}`} data-state={r.state}>
+      <td className="sel"><input type="checkbox" aria-label={`select run ${r.id}`} data-testid={`select-${r.id}`} checked={selected} onChange={() => onToggle(r.id)} /></td>
+      <td className="id"><a href={`#/runs/${r.id}`}>{r.id}</a></td>
+      <td className="name"><a href={`#/runs/${r.id}`} data-testid={`run-link-${r.id}`}>{r.name || "(unnamed)"}</a>
+        {(r.tags ?? []).map((t) => <span key={t} className="badge" data-testid={`run-tag-${r.id}-${t}`}>{t}</span>)}</td>
+      <td><StateBadge run={r} testid={`run-state-${r.id}`} />
+        {(r.alerts ?? []).length ? <span className="badge bad" data-testid={`run-alert-badge-${r.id}`} title={(r.alerts ?? []).map((a) => a.message).join("\n")}>
+          {(r.alerts ?? []).map((a) => a.kind.replace("_", " ")).join(", ")}</span> : null}
+      </td>
+      <td className="opt">{model(r)}</td>
+      <td className="opt">{r.device === "cpu" ? `CPU ranks × ${gpus(r)}` : `${gpuName(r.spec?.hardware?.gpu)} × ${gpus(r)}`}</td>
+      <td className="opt">{r.spec?.training ? fmtSeq(r.spec.training.seq_len) : "–"}</td>
+      <td className="opt">{r.spec?.parallel?.sp_size}</td>
+      <td>
+        <div className="mini-progress" title={`${r.last_step ?? 0} / ${steps}`}>
+          <div style={{ width: `${steps ? Math.min(100, (100 * (r.last_step ?? 0)) / steps) : 0}%` }} />
+        </div>
+        <span className="muted small">{r.last_step ?? 0}/{steps || "?"}</span>
+      </td>
+      <td className="opt" data-testid={`run-loss-${r.id}`}>{r.final_loss != null ? fmtValue(r.final_loss) : "–"}</td>
+      <td className="opt2" data-testid={`run-tps-${r.id}`} title={tpsError || "last measured; ≈ = the planner's prediction"}>
+        {tps != null ? fmtNum(tps) : `≈${fmtNum(r.estimate?.throughput?.tokens_per_s)}`}</td>
+      <td className="opt2">{fmtTime(r.started_at)}</td>
+      <td className="opt">{fmtDuration(r.started_at, r.finished_at)}</td>
+      <td><RunActions run={r} onChange={onChange} compact /></td>
+    </tr>
+  );
+});
+
 export function Runs() {
-  const [runs, setRuns] = useState<Run[] | null>(null);
-  const [error, setError] = useState("");
   const [state, setState] = useState("");
   const [tag, setTag] = useState("");
   const [q, setQ] = useState("");
   const [sort, setSort] = useState<{ key: string; dir: 1 | -1 }>({ key: "id", dir: -1 });
   const [selected, setSelected] = useState<number[]>([]);
 
-  const [, setMeasuredVersion] = useState(0);
-  // Only the newest request may set the rows: a slow answer for the previous state filter (or a poll that started
-  // before an action) arriving late would otherwise swap the rows back for a moment, detaching the button a person is
-  // about to click (the e2e cancel test saw "element was detached from the DOM").
-  const latest = useRef(0);
-  const load = useCallback(() => {
-    const ask = ++latest.current;
-    // The text filter runs here (it also matches model and id, which the API's q does not).
-    api.runs(state || undefined)
-      .then((r) => {
-        if (ask !== latest.current) return;
-        setRuns(r);
-        setError("");
-        refreshMeasured(r).then((changed) => changed && setMeasuredVersion((v) => v + 1)).catch(() => undefined);
-      })
-      .catch((e) => ask === latest.current && setError(e.message));
-  }, [state]);
-
-  // Live state: re-read the list every 2 s (cheap; one query).
-  useEffect(() => {
-    load();
-    const t = window.setInterval(load, 2000);
-    return () => window.clearInterval(t);
-  }, [load]);
+  // Live state: the list is read again every 2 s (cheap; one query). Each state filter has its own query, so a late
+  // answer for the previous filter never replaces the rows of the current one; the text filter runs here (it also
+  // matches model and id, which the API's q does not).
+  const list = useQuery({
+    queryKey: ["runs", state],
+    queryFn: ({ signal }) => unwrap(client.GET("/api/runs", { params: { query: state ? { state } : {} }, signal })) as Promise<Run[]>,
+    refetchInterval: 2000,
+    placeholderData: keepPreviousData,
+  });
+  const runs = list.data;
+  const measured = useMeasuredTps(runs);
 
   const rows = useMemo(() => {
     if (!runs) return [];
     const col = COLS.find((c) => c.key === sort.key) ?? COLS[0];
     const text = q.trim().toLowerCase();
+    const value = (r: Run) => col.value(r, measured.get(r.id)?.tps ?? null);
     return runs
       .filter((r) => (!state || r.state === state) && (!tag || (r.tags ?? []).includes(tag))
         && (!text || `${r.id} ${r.name} ${model(r)} ${r.state} ${(r.tags ?? []).join(" ")}`.toLowerCase().includes(text)))
       .sort((a, b) => {
-        const va = col.value(a), vb = col.value(b);
+        const va = value(a), vb = value(b);
         return (va < vb ? -1 : va > vb ? 1 : 0) * sort.dir;
       });
-  }, [runs, sort, q, state, tag]);
+  }, [runs, sort, q, state, tag, measured]);
 
-  const onChange = (r: Run) => {
-    latest.current++;  // a poll already in flight predates this action: its rows are stale
-    setRuns((rs) => (rs ?? []).map((x) => (x.id === r.id ? r : x)));
-  };
-  const toggle = (id: number) => setSelected((s) => (s.includes(id) ? s.filter((x) => x !== id) : [...s, id]));
+  const onChange = useCallback((r: Run) => void putRun(r), []);
+  const toggle = useCallback((id: number) => setSelected((s) => (s.includes(id) ? s.filter((x) => x !== id) : [...s, id])), []);
 
   return (
     <div className="runs-page">
       <div className="toolbar">
         <select data-testid="runs-filter-state" value={state} onChange={(e) => setState(e.target.value)}>
           <option value="">all states</option>
-          {STATES.map((s) => <option key={s} value={s}>{s.replace(/_/g, " ")}</option>)}
+          {RUN_STATES.map((s) => <option key={s} value={s}>{s.replace(/_/g, " ")}</option>)}
         </select>
         <select data-testid="runs-filter-tag" value={tag} onChange={(e) => setTag(e.target.value)}>
           <option value="">all tags</option>
@@ -124,7 +152,7 @@ export function Runs() {
           Compare {selected.length ? `(${selected.length})` : ""}
         </button>
       </div>
-      {error ? <div className="card error">{error}</div> : null}
+      {list.error ? <div className="card error" data-testid="runs-error">{list.error.message}</div> : null}
       <table className="table runs-table" data-testid="runs-table" data-count={rows.length}>
         <thead>
           <tr>
@@ -138,34 +166,9 @@ export function Runs() {
         </thead>
         <tbody>
           {rows.map((r) => {
-            const steps = totalSteps(r);
-            return (
-              <tr key={r.id} data-testid={`run-row-${r.id}`} data-state={r.state}>
-                <td className="sel"><input type="checkbox" aria-label={`select run ${r.id}`} data-testid={`select-${r.id}`} checked={selected.includes(r.id)} onChange={() => toggle(r.id)} /></td>
-                <td className="id"><a href={`#/runs/${r.id}`}>{r.id}</a></td>
-                <td className="name"><a href={`#/runs/${r.id}`} data-testid={`run-link-${r.id}`}>{r.name || "(unnamed)"}</a>
-                  {(r.tags ?? []).map((t) => <span key={t} className="badge" data-testid={`run-tag-${r.id}-${t}`}>{t}</span>)}</td>
-                <td><StateBadge run={r} testid={`run-state-${r.id}`} />
-                  {(r.alerts ?? []).length ? <span className="badge bad" data-testid={`run-alert-badge-${r.id}`} title={(r.alerts ?? []).map((a) => a.message).join("\n")}>
-                    {(r.alerts ?? []).map((a) => a.kind.replace("_", " ")).join(", ")}</span> : null}
-                </td>
-                <td className="opt">{model(r)}</td>
-                <td className="opt">{r.device === "cpu" ? `CPU ranks × ${gpus(r)}` : `${gpuName(r.spec?.hardware?.gpu)} × ${gpus(r)}`}</td>
-                <td className="opt">{r.spec?.training ? fmtSeq(r.spec.training.seq_len) : "–"}</td>
-                <td className="opt">{r.spec?.parallel?.sp_size}</td>
-                <td>
-                  <div className="mini-progress" title={`${r.last_step ?? 0} / ${steps}`}>
-                    <div style={{ width: `${steps ? Math.min(100, (100 * (r.last_step ?? 0)) / steps) : 0}%` }} />
-                  </div>
-                  <span className="muted small">{r.last_step ?? 0}/{steps || "?"}</span>
-                </td>
-                <td className="opt" data-testid={`run-loss-${r.id}`}>{r.final_loss != null ? fmtValue(r.final_loss) : "–"}</td>
-                <td className="opt2" data-testid={`run-tps-${r.id}`} title="last measured; ≈ = the planner's prediction">{tokensLabel(r)}</td>
-                <td className="opt2">{fmtTime(r.started_at)}</td>
-                <td className="opt">{fmtDuration(r.started_at, r.finished_at)}</td>
-                <td><RunActions run={r} onChange={onChange} compact /></td>
-              </tr>
-            );
+            const m = measured.get(r.id);
+            return <RunRow key={r.id} run={r} selected={selected.includes(r.id)} tps={m?.tps ?? null} tpsError={m?.error ?? ""}
+              onToggle={toggle} onChange={onChange} />;
           })}
         </tbody>
       </table>

@@ -1,5 +1,6 @@
+import { useMutation } from "@tanstack/react-query";
 import { useEffect, useRef, useState } from "react";
-import { api } from "../lib/api";
+import { client, unwrap } from "../lib/api";
 import { useAuth } from "../lib/auth";
 import { navigate } from "../lib/route";
 
@@ -7,24 +8,16 @@ import { navigate } from "../lib/route";
 export function SignIn({ query }: { query: URLSearchParams }) {
   const { identity, refresh } = useAuth();
   const [token, setToken] = useState("");
-  const [error, setError] = useState("");
-  const [busy, setBusy] = useState(false);
   const next = query.get("next") || "/planner";
   const tried = useRef<string | null>(null);  // the last link token tried
 
-  const signIn = async (t: string) => {
-    setBusy(true);
-    setError("");
-    try {
-      await api.signIn(t.trim());
+  const { mutate: signIn, isPending: busy, error } = useMutation({
+    mutationFn: (t: string) => unwrap(client.POST("/api/session", { body: { token: t.trim() } })),
+    onSuccess: async () => {
       await refresh();
       navigate(next);
-    } catch (e) {
-      setError((e as Error).message);
-    } finally {
-      setBusy(false);
-    }
-  };
+    },
+  });
 
   // A link with ?token= (what `make run` prints) signs in at once; the token leaves the address bar. Keyed on the
   // token: a second link opened in the same tab (the hash changes, the page stays) is tried too, e.g. the right
@@ -36,8 +29,7 @@ export function SignIn({ query }: { query: URLSearchParams }) {
       window.history.replaceState(null, "", `${window.location.pathname}#/signin?next=${encodeURIComponent(next)}`);
       signIn(linkToken);
     }
-    // eslint-disable-next-line react-hooks/exhaustive-deps
-  }, [linkToken]);
+  }, [linkToken, next, signIn]);
 
   return (
     <div className="signin card" data-testid="signin-page">
@@ -54,7 +46,7 @@ export function SignIn({ query }: { query: URLSearchParams }) {
           {busy ? "Signing in…" : "Sign in"}
         </button>
       </form>
-      {error ? <div className="field-error" data-testid="signin-error">{error}</div> : null}
+      {error ? <div className="field-error" data-testid="signin-error">{error.message}</div> : null}
     </div>
   );
 }

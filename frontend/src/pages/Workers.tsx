@@ -1,5 +1,5 @@
-import { useEffect, useState } from "react";
-import { api, type WorkerInfo } from "../lib/api";
+import { useQuery } from "@tanstack/react-query";
+import { client, unwrap } from "../lib/api";
 
 const LIBS: [string, string][] = [
   ["torch", "torch"], ["cuda", "CUDA"], ["deepspeed", "DeepSpeed"], ["transformers", "Transformers"],
@@ -9,12 +9,8 @@ const LIBS: [string, string][] = [
 /** What each worker reported it can run when it started: library versions, attention kernels, GPU model. Approval
  * refuses a run whose attention kernel or Liger no running worker of its queue has. */
 export function WorkersPage() {
-  const [workers, setWorkers] = useState<WorkerInfo[] | null>(null);
-  const [error, setError] = useState("");
-  useEffect(() => {
-    api.workers().then(setWorkers).catch((e) => setError((e as Error).message));
-  }, []);
-  if (error) return <div className="card error">Could not load workers: {error}</div>;
+  const { data: workers, error } = useQuery({ queryKey: ["workers"], queryFn: () => unwrap(client.GET("/api/workers")) });
+  if (error) return <div className="card error">Could not load workers: {error.message}</div>;
   if (!workers) return <div className="muted">loading workers…</div>;
   return (
     <div data-testid="workers-page">

@@ -1,5 +1,7 @@
 import { useState } from "react";
-import { api, ApiError, type Plan, type RunSection } from "../../lib/api";
+import { ApiError, client, unwrap, unwrapRun, type Plan, type RunSection } from "../../lib/api";
+
+const exportPlan = (plan: Plan) => unwrap(client.POST("/api/estimate/export", { body: plan }));
 import { can, useAuth } from "../../lib/auth";
 import { encodePlanParam } from "./form";
 import { navigate } from "../../lib/route";
@@ -81,7 +83,7 @@ export function ExportButtons({ plan: formPlan, defaults }: { plan: Plan | null;
   const onCopy = async (key: (typeof EXPORTS)[number][0], label: string) => {
     if (!plan) return;
     try {
-      const text = (await api.exportPlan(plan))[key] ?? "";
+      const text = (await exportPlan(plan))[key] ?? "";
       await copyText(text);
       setShown({ key, text });
       setMsg(`${label} copied`);
@@ -109,7 +111,7 @@ export function ExportButtons({ plan: formPlan, defaults }: { plan: Plan | null;
           <button key={key} type="button" data-testid={`download-${key}`} disabled={!plan} onClick={async () => {
             if (!plan) return;
             try {
-              download(file, (await api.exportPlan(plan))[key] ?? "");
+              download(file, (await exportPlan(plan))[key] ?? "");
               setMsg(said);
             } catch (e) {
               setMsg(`export failed: ${(e as Error).message}`);
@@ -119,7 +121,7 @@ export function ExportButtons({ plan: formPlan, defaults }: { plan: Plan | null;
         <button type="button" data-testid="download-zip" disabled={!plan} onClick={async () => {
           if (!plan) return;
           try {
-            download("ulysses-lab-plan.zip", await api.exportZip(plan));
+            download("ulysses-lab-plan.zip", await unwrap(client.POST("/api/estimate/export.zip", { body: plan, parseAs: "blob" })));
             setMsg("ulysses-lab-plan.zip downloaded: every file for every node (README.txt says what runs where)");
           } catch (e) {
             setMsg(`export failed: ${(e as Error).message}`);
@@ -127,7 +129,7 @@ export function ExportButtons({ plan: formPlan, defaults }: { plan: Plan | null;
         }}>Download all (zip)</button>
         {plan && plan.hardware.num_nodes && plan.hardware.num_nodes > 1 ? (
           <button type="button" data-testid="show-per-node" onClick={async () => {
-            const x = await api.exportPlan(plan);
+            const x = await exportPlan(plan);
             setPerNode({ yamls: x.accelerate_yaml_per_node ?? [], lines: x.launch_commands_per_node ?? [] });
           }}>Per-node files</button>
         ) : null}
@@ -200,7 +202,7 @@ export function SubmitRun({ plan, valid, initial, defaults, schedulers }: {
   const [error, setError] = useState("");
   const [fieldErrors, setFieldErrors] = useState<Record<string, string>>({});
   /** The message of a refused submit beside its field (`run.learning_rate` under the learning rate). */
-  const Err = ({ k }: { k: string }) => (fieldErrors[k] ? <div className="field-error" data-testid={`submit-error-${k}`}>{fieldErrors[k]}</div> : null);
+  const err = (k: string) => (fieldErrors[k] ? <div className="field-error" data-testid={`submit-error-${k}`}>{fieldErrors[k]}</div> : null);
   const submit = async () => {
     if (!plan) return;
     setBusy(true);
@@ -208,19 +210,17 @@ export function SubmitRun({ plan, valid, initial, defaults, schedulers }: {
     setFieldErrors({});
     try {
       const planOnly = Object.fromEntries(Object.entries(plan).filter(([k]) => k !== "run")) as Plan;
-      const run = await api.submitRun(
-        planOnly,
-        {
+      const run = await unwrapRun(client.POST("/api/runs", { body: {
+        plan: planOnly, name: name || undefined, priority: num(priority), max_retries: num(retries),
+        run: {
           ...(initial ?? {}), steps: num(steps), learning_rate: num(lr), data: { ...initial?.data, path: data },
           ...Object.fromEntries(RUN_NUMBERS.map(([k]) => [k, num(numbers[k])])),
           lr_scheduler: scheduler as RunSection["lr_scheduler"],
           ...stops, ...Object.fromEntries(Object.entries(thresholds).map(([k, v]) => [k, num(v)])),
           // empty: the API resolves the preset under the models root (ULAB_MODELS_DIR) or the hub cache
           model_path: modelPath.trim() || null,
-        },
-        name || undefined,
-        { priority: num(priority), max_retries: num(retries) },
-      );
+        } as RunSection,
+      } }));
       navigate(`/runs/${run.id}`);
     } catch (e) {
       if (!(e instanceof ApiError)) return setError(String(e));
@@ -237,22 +237,22 @@ export function SubmitRun({ plan, valid, initial, defaults, schedulers }: {
       <h3>Submit run</h3>
       <div className="muted small">Stores this plan and creates a run waiting for approval; you are taken to its page.</div>
       <div className="grid2">
-        <label className="field"><span className="field-label">name</span><input data-testid="run-name" value={name} onChange={(e) => setName(e.target.value)} placeholder="my-long-context-run" /><Err k="name" /></label>
-        <label className="field"><span className="field-label">steps</span><input data-testid="run-steps" inputMode="numeric" value={steps} onChange={(e) => setSteps(e.target.value)} /><Err k="run.steps" /></label>
-        <label className="field"><span className="field-label">learning rate</span><input data-testid="run-lr" value={lr} onChange={(e) => setLr(e.target.value)} /><Err k="run.learning_rate" /></label>
-        <label className="field"><span className="field-label">priority (0–9)</span><input data-testid="run-priority" inputMode="numeric" value={priority} onChange={(e) => setPriority(e.target.value)} /><Err k="priority" /></label>
-        <label className="field"><span className="field-label">automatic retries when lost</span><input data-testid="run-max-retries" inputMode="numeric" value={retries} onChange={(e) => setRetries(e.target.value)} /><Err k="max_retries" /></label>
-        <label className="field"><span className="field-label">data path</span><input data-testid="run-data" value={data} onChange={(e) => setData(e.target.value)} /><Err k="run.data.path" /><Err k="run.data" /></label>
-        <label className="field"><span className="field-label">model path (directory, name under the models root, or hub id)</span><input data-testid="run-model_path" value={modelPath} onChange={(e) => setModelPath(e.target.value)} placeholder="empty: the preset's checkpoint" /><Err k="run.model_path" /></label>
+        <label className="field"><span className="field-label">name</span><input data-testid="run-name" value={name} onChange={(e) => setName(e.target.value)} placeholder="my-long-context-run" />{err("name")}</label>
+        <label className="field"><span className="field-label">steps</span><input data-testid="run-steps" inputMode="numeric" value={steps} onChange={(e) => setSteps(e.target.value)} />{err("run.steps")}</label>
+        <label className="field"><span className="field-label">learning rate</span><input data-testid="run-lr" value={lr} onChange={(e) => setLr(e.target.value)} />{err("run.learning_rate")}</label>
+        <label className="field"><span className="field-label">priority (0–9)</span><input data-testid="run-priority" inputMode="numeric" value={priority} onChange={(e) => setPriority(e.target.value)} />{err("priority")}</label>
+        <label className="field"><span className="field-label">automatic retries when lost</span><input data-testid="run-max-retries" inputMode="numeric" value={retries} onChange={(e) => setRetries(e.target.value)} />{err("max_retries")}</label>
+        <label className="field"><span className="field-label">data path</span><input data-testid="run-data" value={data} onChange={(e) => setData(e.target.value)} />{err("run.data.path")}{err("run.data")}</label>
+        <label className="field"><span className="field-label">model path (directory, name under the models root, or hub id)</span><input data-testid="run-model_path" value={modelPath} onChange={(e) => setModelPath(e.target.value)} placeholder="empty: the preset's checkpoint" />{err("run.model_path")}</label>
         <label className="field"><span className="field-label">LR schedule</span>
           <select data-testid="run-lr_scheduler" value={scheduler} onChange={(e) => setScheduler(e.target.value)}>
             {schedulers.map((v) => <option key={v}>{v}</option>)}
-          </select><Err k="run.lr_scheduler" />
+          </select>{err("run.lr_scheduler")}
         </label>
         {RUN_NUMBERS.map(([k, label]) => (
           <label key={k} className="field"><span className="field-label">{label}</span>
             <input data-testid={`run-${k}`} inputMode="numeric" value={numbers[k]} onChange={(e) => setNumbers({ ...numbers, [k]: e.target.value })} />
-            <Err k={`run.${k}`} />
+            {err(`run.${k}`)}
           </label>
         ))}
       </div>
@@ -265,7 +265,7 @@ export function SubmitRun({ plan, valid, initial, defaults, schedulers }: {
               <input data-testid={`run-${threshold}`} aria-label={threshold} inputMode="decimal" value={thresholds[threshold]}
                 onChange={(e) => setThresholds({ ...thresholds, [threshold]: e.target.value })} />
             ) : null}
-            {threshold ? <Err k={`run.${threshold}`} /> : null}
+            {threshold ? err(`run.${threshold}`) : null}
           </div>
         ))}
       </fieldset>

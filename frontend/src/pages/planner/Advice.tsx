@@ -1,5 +1,6 @@
-import { useEffect, useState } from "react";
-import { api, type Fix, type Plan, type Recommend, type Recommendation, type SpMethods } from "../../lib/api";
+import { useMutation, useQuery } from "@tanstack/react-query";
+import { useState } from "react";
+import { client, unwrap, type Fix, type Plan, type Recommend, type Recommendation } from "../../lib/api";
 import { fmtGiB, fmtNum, fmtSeq } from "../../lib/format";
 import { verdictBadge, verdictWords } from "../../lib/verdict";
 
@@ -52,7 +53,7 @@ export function RecommendPanel({ plan, defaults, onUse }: {
     setBusy(true);
     setError("");
     try {
-      setAnswer(await api.recommend(searchFrom(plan, defaults, vary), longest));
+      setAnswer(await unwrap(client.POST("/api/estimate/recommend", { body: { plan: searchFrom(plan, defaults, vary), longest } })));
     } catch (e) {
       setError((e as Error).message);
     }
@@ -153,33 +154,33 @@ export function FixView({ fix, onApply, testid }: { fix: Fix; onApply?: (p: Plan
 
 /** Beside an estimate that does not fit: the minimal fix. */
 export function FixPanel({ plan, planKey, onApply }: { plan: Plan; planKey: string; onApply: (p: Plan) => void }) {
-  const [fix, setFix] = useState<Fix | null>(null);
-  useEffect(() => {
-    const ctl = new AbortController();
-    setFix(null);
-    api.fix(plan, ctl.signal).then(setFix).catch(() => undefined);
-    return () => ctl.abort();
-    // eslint-disable-next-line react-hooks/exhaustive-deps
-  }, [planKey]);
+  // keyed by the plan's text: the answer for an earlier plan is never shown for this one
+  const { data: fix, error } = useQuery({
+    queryKey: ["fix", planKey],
+    queryFn: ({ signal }) => unwrap(client.POST("/api/estimate/fix", { body: plan, signal })),
+  });
   return (
     <div className="card warn" data-testid="fix-panel">
       <h3>Make it fit</h3>
-      {fix ? <FixView fix={fix} onApply={onApply} testid="fix" /> : <div className="muted">finding the smallest change…</div>}
+      {error ? <div className="field-error" data-testid="fix-error">{error.message}</div>
+        : fix ? <FixView fix={fix} onApply={onApply} testid="fix" /> : <div className="muted">finding the smallest change…</div>}
     </div>
   );
 }
 
 /** Ulysses vs ring attention vs a hybrid for the current plan (an estimate). */
 export function SpMethodsPanel({ plan }: { plan: Plan | null }) {
-  const [ans, setAns] = useState<SpMethods | null>(null);
+  const compare = useMutation({ mutationFn: (p: Plan) => unwrap(client.POST("/api/estimate/sp-methods", { body: p })) });
+  const ans = compare.data;
   return (
     <div className="card" data-testid="sp-methods">
       <div className="row-between">
         <h3>Ulysses or ring attention?</h3>
-        <button type="button" data-testid="sp-methods-run" disabled={!plan} onClick={() => plan && api.spMethods(plan).then(setAns).catch(() => undefined)}>
+        <button type="button" data-testid="sp-methods-run" disabled={!plan} onClick={() => plan && compare.mutate(plan)}>
           Compare
         </button>
       </div>
+      {compare.error ? <div className="field-error" data-testid="sp-methods-error">{compare.error.message}</div> : null}
       {ans ? (
         <div>
           <div className="badge" data-testid="sp-methods-label">{ans.label}</div>

@@ -1,5 +1,5 @@
 import { useState } from "react";
-import { api, ApiError, type FieldError, type PlanDefaults, type PlanImported } from "../../lib/api";
+import { ApiError, client, unwrap, type FieldError, type PlanDefaults, type PlanImported } from "../../lib/api";
 import { fmtGiB, fmtNum, fmtSeq } from "../../lib/format";
 import { planToForm, type Loaded } from "./form";
 
@@ -35,10 +35,10 @@ export function ImportSetup({ onLoad, defaults }: { onLoad: (l: Loaded) => void;
   const run = async () => {
     setBusy(true);
     try {
-      setOut(await api.importPlan({
+      setOut(await unwrap(client.POST("/api/plans/import", { body: {
         ds_config: ds.trim() || null, launch: launch.trim() || null, accelerate_config: acc.trim() || null,
         training_args: args.trim() || null, gpus_per_node: Number(gpusPerNode) || null,
-      }));
+      } })));
       setFailed([]);
     } catch (e) {
       setOut(null);

@@ -1,5 +1,5 @@
 import { useState } from "react";
-import { api, ApiError, type Plan, type PlanDefaults } from "../../lib/api";
+import { ApiError, client, unwrap, type Plan, type PlanDefaults } from "../../lib/api";
 import { planToForm, TINY_EXAMPLE, type Loaded } from "./form";
 
 /** Start from an example or a pasted plan JSON (plan-v1, optionally with a `run` section); show the current one. */
@@ -19,7 +19,7 @@ export function LoadPlan({ plan, onLoad, defaults }: { plan: Plan | null; onLoad
    * (sp_size vs heads, ...) loads, so the form can fix it. */
   const loadChecked = async (obj: unknown) => {
     try {
-      await api.effectivePlan(obj);
+      await unwrap(client.POST("/api/plans/effective", { body: obj as Plan }));
     } catch (e) {
       if (!(e instanceof ApiError)) return setError(String(e));
       const unknown = e.fields.filter((f) => /^unknown /.test(f.message) || e.status !== 422);

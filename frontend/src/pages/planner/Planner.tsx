@@ -1,5 +1,6 @@
-import { useEffect, useMemo, useState } from "react";
-import { api, ApiError, type Catalog, type Estimate, type FieldError, type Plan, type PlanDefaults, type Sweep } from "../../lib/api";
+import { useQuery } from "@tanstack/react-query";
+import { useEffect, useMemo, useRef, useState } from "react";
+import { ApiError, client, unwrap, type Estimate, type FieldError, type Plan, type PlanDefaults, type Sweep } from "../../lib/api";
 import { ExportButtons, SubmitRun } from "./Actions";
 import { ProbePanel } from "./Probe";
 import { FixPanel, RecommendPanel, SpMethodsPanel } from "./Advice";
@@ -10,17 +11,21 @@ import { FORM_FIELDS, PlannerForm } from "./PlannerForm";
 import { BreakdownBar, ThroughputFigures, Warnings } from "./Results";
 import { SweepView } from "./Sweep";
 
-/** Run `fn` `ms` after the last change of `key`, aborting the previous call. */
+/** Run `fn` `ms` after the last change of `key`, aborting the previous call. `fn` reports its own errors (the
+ * latest `fn` runs: it reads the form as it is when the pause ends). */
 function useDebounced(key: string, ms: number, fn: (signal: AbortSignal) => Promise<void>) {
+  const latest = useRef(fn);
+  useEffect(() => {
+    latest.current = fn;
+  });
   useEffect(() => {
     const ctl = new AbortController();
-    const t = window.setTimeout(() => fn(ctl.signal).catch(() => undefined), ms);
+    const t = window.setTimeout(() => void latest.current(ctl.signal), ms);
     return () => {
       window.clearTimeout(t);
       ctl.abort();
     };
-    // eslint-disable-next-line react-hooks/exhaustive-deps
-  }, [key]);
+  }, [key, ms]);
 }
 
 /** A plan handed over by a run page's "Open in planner" (read once), or given in the link (?plan=). */
@@ -48,12 +53,12 @@ function initialPlan(d: PlanDefaults, given: unknown): Loaded {
 /** The planner page: waits for the plan model's defaults from the API, then shows the form. */
 export function Planner({ query }: { query?: URLSearchParams }) {
   const [given] = useState(() => handedOver(query));
-  const [defaults, setDefaults] = useState<PlanDefaults | null>(null);
-  const [failed, setFailed] = useState("");
-  useEffect(() => {
-    api.planDefaults().then(setDefaults).catch((e) => setFailed((e as Error).message));
-  }, []);
-  if (failed) return <div className="card error" data-testid="planner-load-error">Could not load the planner: {failed}</div>;
+  const { data: defaults, error } = useQuery({
+    queryKey: ["plan-defaults"],
+    queryFn: () => unwrap(client.GET("/api/plans/defaults")),
+    staleTime: Infinity,
+  });
+  if (error) return <div className="card error" data-testid="planner-load-error">Could not load the planner: {error.message}</div>;
   if (!defaults) return <div className="muted" data-testid="planner-loading">Loading the planner…</div>;
   return <PlannerPage defaults={defaults} initial={initialPlan(defaults, given)} />;
 }
@@ -65,27 +70,27 @@ function PlannerPage({ defaults, initial }: { defaults: PlanDefaults; initial: L
     setForm(l.form);
     if (l.run) setRun((r) => ({ key: r.key + 1, run: l.run }));
   };
-  const [catalog, setCatalog] = useState<Catalog | null>(null);
   const [est, setEst] = useState<Estimate | null>(null);
   const [estError, setEstError] = useState("");
   const [sweep, setSweep] = useState<Sweep | null>(null);
-  const [pending, setPending] = useState(false);
+  const [sweepError, setSweepError] = useState("");
+  // the plan whose estimate (or error) is shown: until the current one's answer, the results are pending
+  const [settled, setSettled] = useState<string | null>(null);
 
-  useEffect(() => {
-    api.catalog().then(setCatalog).catch(() => setCatalog(null));
-  }, []);
+  const catalogQuery = useQuery({ queryKey: ["catalog"], queryFn: () => unwrap(client.GET("/api/catalog")), staleTime: Infinity });
+  const catalog = catalogQuery.data ?? null;
 
   const built = useMemo(() => buildPlan(form), [form]);
   const planKey = JSON.stringify(built.plan);
 
-  useEffect(() => setPending(true), [planKey]);
+  const pending = settled !== planKey;
   useDebounced(planKey, 250, async (signal) => {
     if (!built.plan) {
-      setPending(false);
+      setSettled(planKey);
       return;
     }
     try {
-      const e = await api.estimate(built.plan, signal);
+      const e = await unwrap(client.POST("/api/estimate", { body: built.plan, signal }));
       setEst(e);
       setEstError("");
     } catch (err) {
@@ -98,7 +103,7 @@ function PlannerPage({ defaults, initial }: { defaults: PlanDefaults; initial: L
         setEstError((err as Error).message);
       }
     }
-    setPending(false);
+    if (!signal.aborted) setSettled(planKey);
   });
 
   // The sweep only depends on what the sp/seq_len sweep does not vary.
@@ -108,9 +113,12 @@ function PlannerPage({ defaults, initial }: { defaults: PlanDefaults; initial: L
   useDebounced(sweepKey, 600, async (signal) => {
     if (!built.plan || !sweepKey) return;
     try {
-      setSweep(await api.sweep(built.plan, signal));
-    } catch {
-      if (!signal.aborted) setSweep(null);
+      setSweep(await unwrap(client.POST("/api/estimate/sweep", { body: { plan: built.plan }, signal })));
+      setSweepError("");
+    } catch (err) {
+      if (signal.aborted) return;
+      setSweep(null);
+      setSweepError((err as Error).message);
     }
   });
 
@@ -132,6 +140,7 @@ function PlannerPage({ defaults, initial }: { defaults: PlanDefaults; initial: L
           warnings={(showEst?.warnings ?? []).filter((w): w is FieldError => typeof w !== "string")} />
       </div>
       <div className="planner-right" data-testid="planner-results" data-state={pending ? "pending" : valid ? "valid" : "invalid"}>
+        {catalogQuery.error ? <div className="card error" data-testid="catalog-error">Could not load the catalog: {catalogQuery.error.message}</div> : null}
         {estError ? <div className="card error" data-testid="estimate-error">Estimate failed: {estError}</div> : null}
         {unplaced.length ? (
           <div className="card error" data-testid="plan-errors">
@@ -149,6 +158,7 @@ function PlannerPage({ defaults, initial }: { defaults: PlanDefaults; initial: L
         ) : null}
         <RecommendPanel plan={built.plan} defaults={defaults.defaults} onUse={usePlan} />
         <SpMethodsPanel plan={valid ? built.plan : null} />
+        {sweepError ? <div className="card error" data-testid="sweep-error">Sweep failed: {sweepError}</div> : null}
         {sweep ? (
           <SweepView sweep={sweep} currentSp={built.plan?.parallel?.sp_size ?? 0}
             onPick={(sp, dp, seq) => {

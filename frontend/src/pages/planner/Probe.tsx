@@ -1,5 +1,6 @@
 import { useState } from "react";
-import { api, ApiError, TERMINAL, type Plan, type Run } from "../../lib/api";
+import { ApiError, client, unwrap, unwrapRun, type Plan, type Run } from "../../lib/api";
+import { isTerminal } from "../../lib/states";
 import { can, useAuth } from "../../lib/auth";
 
 /** The stored result of a probe (plan/probe.py): measured per depth, extrapolated to the model's depth, predicted. */
@@ -42,19 +43,20 @@ export function ProbePanel({ plan, valid }: { plan: Plan | null; valid: boolean 
     setError("");
     setResult(null);
     try {
-      const stored = await api.createPlan({ ...plan, run: null });
-      let run: Run = await api.probePlan(stored.id);
+      const stored = await unwrap(client.POST("/api/plans", { body: { ...plan, run: null } }));
+      const path = { plan_id: stored.id };
+      let run: Run = await unwrapRun(client.POST("/api/plans/{plan_id}/probe", { params: { path }, body: {} }));
       setStatus(`probe run ${run.id}: ${run.state}`);
-      while (!TERMINAL.includes(run.state)) {
+      while (!isTerminal(run.state)) {
         await new Promise((r) => setTimeout(r, 1000));
-        run = await api.run(run.id);
+        run = await unwrapRun(client.GET("/api/runs/{run_id}", { params: { path: { run_id: run.id } } }));
         setStatus(`probe run ${run.id}: ${run.state}`);
       }
       if (run.state !== "succeeded") throw new Error(`probe run ${run.id} ended ${run.state}: ${run.exit_reason ?? ""}`);
       // the worker stores the result with the plan as the run ends; wait for this run's (a few seconds at most)
       let found: ProbeResult | null = null;
       for (let i = 0; i < 30 && !found; i++) {
-        const probe = (await api.plan(stored.id)).probe as ProbeResult | null | undefined;
+        const probe = (await unwrap(client.GET("/api/plans/{plan_id}", { params: { path } }))).probe as ProbeResult | null | undefined;
         if (probe && probe.run_id === run.id) found = probe;
         else await new Promise((r) => setTimeout(r, 1000));
       }

@@ -1,4 +1,5 @@
 import type { CustomGpu, Plan, PlanDefaults, RunSection } from "../../lib/api";
+import tinyLlama from "../../../../examples/tiny-llama-sp2.json";
 import { fmtSeq, parseSeq } from "../../lib/format";
 
 type Training = NonNullable<Plan["training"]>;
@@ -191,19 +192,9 @@ export function planToForm(obj: unknown, d: PlanDefaults): Loaded {
   return { form, run: p.run ?? null };
 }
 
-/** Mirrors examples/tiny-llama-sp2.json: trains on two CPU ranks in about a minute. */
-export const TINY_EXAMPLE: Plan = {
-  model: { config: { model_type: "llama", hidden_size: 64, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2,
-    intermediate_size: 128, vocab_size: 512, max_position_embeddings: 2048 } },
-  hardware: { gpu: "H100-80GB", gpus_per_node: 2, num_nodes: 1 },
-  parallel: { sp_size: 2, dp_size: 1 },
-  training: { seq_len: 512, micro_batch_size: 1, grad_accum: 1, dtype: "fp32", zero_stage: 2, offload_optimizer: false,
-    offload_params: false, activation_checkpointing: false, checkpoint_offload: false, tiled_mlp: false,
-    tiled_logits_loss: false, attn_implementation: "sdpa" },
-  // the run section of examples/tiny-llama-sp2.json, every field of it (the submit form keeps them)
-  run: { steps: 20, learning_rate: 1e-3, seed: 0, data: { path: "examples/data/sample.txt" }, model_path: null,
-    checkpoint_every: 10, keep_checkpoints: 2 },
-};
+/** examples/tiny-llama-sp2.json itself (bundled at build time): trains on two CPU ranks in about a minute. Its run
+ * section comes with every field (the submit form keeps them). */
+export const TINY_EXAMPLE = tinyLlama as Plan;
 
 /** Handoff from a run page ("Open in planner") to the planner. */
 export const LOAD_KEY = "ulab:load-plan";

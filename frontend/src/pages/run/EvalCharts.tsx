@@ -20,7 +20,7 @@ function stageAt(store: Store, step: number): number | undefined {
 
 /** Loss by position: one curve per evaluation, coloured by stage, so the stages of a progressive-extension run sit
  * on one chart; x is the position inside the document (log2 buckets). */
-function PositionLoss({ store, version }: { store: Store; version: number }) {
+function PositionLoss({ store }: { store: Store }) {
   const data = useMemo(() => {
     const { names, steps } = evalSteps(store, "pos_loss@");
     const edges = names.map((n) => Number(n.split("@")[1])).sort((a, b) => a - b);
@@ -36,8 +36,7 @@ function PositionLoss({ store, version }: { store: Store; version: number }) {
       };
     });
     return { edges, lines, evaluations: steps.length, hidden: steps.length - shown.length };
-    // eslint-disable-next-line react-hooks/exhaustive-deps
-  }, [store, version]);
+  }, [store]);
   if (!data.evaluations) return null;
   return (
     <div data-testid="position-loss-wrap" data-evaluations={data.evaluations}>
@@ -54,7 +53,7 @@ function cellColor(score: number): string {
 }
 
 /** Passkey (needle in a haystack): one heatmap per evaluation, depth down, context length across. */
-function Passkey({ store, version }: { store: Store; version: number }) {
+function Passkey({ store }: { store: Store }) {
   const maps = useMemo(() => {
     const { names, steps } = evalSteps(store, "passkey@");
     const cells = names.map((n) => { const [, len, depth] = n.split("@"); return { n, len: Number(len), depth: Number(depth) }; });
@@ -64,8 +63,7 @@ function Passkey({ store, version }: { store: Store; version: number }) {
       step, stage: stageAt(store, step), lengths, depths,
       score: (len: number, depth: number) => store.get(`passkey@${len}@${depth}`)?.get(0)?.get(step),
     }));
-    // eslint-disable-next-line react-hooks/exhaustive-deps
-  }, [store, version]);
+  }, [store]);
   if (!maps.length) return null;
   return (
     <div className="card" data-testid="passkey">
@@ -99,11 +97,11 @@ function Passkey({ store, version }: { store: Store; version: number }) {
 }
 
 /** Shown when the run evaluates (run.eval_rows, passkey stages); nothing otherwise. */
-export function EvalCharts({ store, version }: { store: Store; version: number }) {
+export function EvalCharts({ store }: { store: Store }) {
   return (
     <div data-testid="eval-charts">
-      <PositionLoss store={store} version={version} />
-      <Passkey store={store} version={version} />
+      <PositionLoss store={store} />
+      <Passkey store={store} />
     </div>
   );
 }

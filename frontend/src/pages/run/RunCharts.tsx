@@ -11,10 +11,10 @@ import { aligned, single } from "./series";
 import type { Store, Zoom } from "./useRunData";
 
 const SMOOTHING = 0.6;  // the loss EMA factor a page opens with (a shared link may give another)
-type Props = { run: Run; store: Store; version: number; zoom: Zoom; setZoom: (z: Zoom) => void };
+type Props = { run: Run; store: Store; zoom: Zoom; setZoom: (z: Zoom) => void };
 
-function MetricChart({ store, version, name, title, testid, predicted, onZoom, onZoomReset, scale = 1, showPlanner = true }: {
-  store: Store; version: number; name: string; title: string; testid: string;
+function MetricChart({ store, name, title, testid, predicted, onZoom, onZoomReset, scale = 1, showPlanner = true }: {
+  store: Store; name: string; title: string; testid: string;
   predicted?: number | null; onZoom: (a: number, b: number) => void; onZoomReset: () => void; scale?: number; showPlanner?: boolean;
 }) {
   const { x, lines, offScale } = useMemo(() => {
@@ -28,8 +28,7 @@ function MetricChart({ store, version, name, title, testid, predicted, onZoom, o
       && (predicted > 10 * Math.max(...seen) || predicted < Math.min(...seen) / 10);
     if (predicted != null && showPlanner && !offScale) lines.push({ label: "planner", values: s.x.map(() => predicted), color: INK, dash: [6, 4] });
     return { x: s.x, lines, offScale };
-    // eslint-disable-next-line react-hooks/exhaustive-deps
-  }, [store, version, name, predicted, scale, showPlanner]);
+  }, [store, name, predicted, scale, showPlanner]);
   const how = offScale ? ", over 10x off the measurement: not drawn" : showPlanner ? ", dashed" : "";
   const full = predicted != null ? `${title} (planner: ${fmtNum(predicted, 2)}${how})` : title;
   // Steps have arrived but none carries this metric: the trainer does not report it (MFU is null on CPU ranks,
@@ -41,8 +40,8 @@ function MetricChart({ store, version, name, title, testid, predicted, onZoom, o
 }
 
 /** One line per rank of a metric every rank reports (the system figures). */
-function RankChart({ store, version, name, title, testid, onZoom, onZoomReset, noData }: {
-  store: Store; version: number; name: string; title: string; testid: string; onZoom: (a: number, b: number) => void;
+function RankChart({ store, name, title, testid, onZoom, onZoomReset, noData }: {
+  store: Store; name: string; title: string; testid: string; onZoom: (a: number, b: number) => void;
   onZoomReset: () => void; noData?: string;
 }) {
   const { x, lines, n } = useMemo(() => {
@@ -52,8 +51,7 @@ function RankChart({ store, version, name, title, testid, onZoom, onZoomReset, n
       ...(i === 0 ? { width: 2 } : { dash: [5, 5], width: 1.5 }),
     }));
     return { x: a.x, lines, n: a.values.reduce((k, v) => k + v.filter((p) => p !== null).length, 0) };
-    // eslint-disable-next-line react-hooks/exhaustive-deps
-  }, [store, version, name]);
+  }, [store, name]);
   const reportsSteps = x.length === 0 && single(store, "loss").x.length > 0;
   return <Chart testid={testid} title={title} x={x} lines={lines} points={n} onZoom={onZoom} onZoomReset={onZoomReset} height={160}
     emptyText={noData ?? (reportsSteps ? "not reported by this run" : "no data yet")} />;
@@ -68,24 +66,24 @@ const GPU_CHARTS: [string, string, string][] = [
 
 /** Host and GPU figures per rank (worker/trainer/system.py). A run on CPU ranks has no GPU to read: its GPU
  * charts say so instead of waiting for data. */
-function SystemCharts({ run, store, version, onZoom, onZoomReset }: { run: Run; store: Store; version: number; onZoom: (a: number, b: number) => void; onZoomReset: () => void }) {
+function SystemCharts({ run, store, onZoom, onZoomReset }: { run: Run; store: Store; onZoom: (a: number, b: number) => void; onZoomReset: () => void }) {
   const noGpu = run.device === "cpu" ? "no GPU: this run ran on CPU ranks" : undefined;
   return (
     <details className="card" open data-testid="system-charts" data-no-gpu={noGpu ? "true" : "false"}>
       <summary>System (per rank)</summary>
       <div className="chart-grid">
-        <RankChart store={store} version={version} name="cpu_percent" title="CPU of the rank's process (% of one core)" testid="cpu-chart" onZoom={onZoom} onZoomReset={onZoomReset} />
-        <RankChart store={store} version={version} name="rss_gib" title="resident memory of the rank (GiB)" testid="rss-chart" onZoom={onZoom} onZoomReset={onZoomReset} />
-        <RankChart store={store} version={version} name="host_cpu_percent" title="host CPU (% of all cores)" testid="host-cpu-chart" onZoom={onZoom} onZoomReset={onZoomReset} />
+        <RankChart store={store} name="cpu_percent" title="CPU of the rank's process (% of one core)" testid="cpu-chart" onZoom={onZoom} onZoomReset={onZoomReset} />
+        <RankChart store={store} name="rss_gib" title="resident memory of the rank (GiB)" testid="rss-chart" onZoom={onZoom} onZoomReset={onZoomReset} />
+        <RankChart store={store} name="host_cpu_percent" title="host CPU (% of all cores)" testid="host-cpu-chart" onZoom={onZoom} onZoomReset={onZoomReset} />
         {GPU_CHARTS.map(([name, title, testid]) => (
-          <RankChart key={name} store={store} version={version} name={name} title={title} testid={testid} onZoom={onZoom} onZoomReset={onZoomReset} noData={noGpu} />
+          <RankChart key={name} store={store} name={name} title={title} testid={testid} onZoom={onZoom} onZoomReset={onZoomReset} noData={noGpu} />
         ))}
       </div>
     </details>
   );
 }
 
-export function RunCharts({ run, store, version, zoom, setZoom }: Props) {
+export function RunCharts({ run, store, zoom, setZoom }: Props) {
   const [smooth, setSmooth] = useState(() => readSmoothing() ?? SMOOTHING);
   const [showPlanner, setShowPlanner] = useState(readPlannerLines);
   useEffect(() => { saveZoom(zoom); saveSmoothing(smooth, SMOOTHING); savePlannerLines(showPlanner); }, [zoom, smooth, showPlanner]);
@@ -113,8 +111,7 @@ export function RunCharts({ run, store, version, zoom, setZoom }: Props) {
       bands = [[lines.length - 2, lines.length - 1]];
     }
     return { x: s.x, lines, n: s.y.filter((v) => v !== null).length, bands };
-    // eslint-disable-next-line react-hooks/exhaustive-deps
-  }, [store, version, smooth]);
+  }, [store, smooth]);
 
   const memory = useMemo(() => {
     const a = aligned(store, "peak_allocated_gib");
@@ -143,8 +140,7 @@ export function RunCharts({ run, store, version, zoom, setZoom }: Props) {
     let measured: number | null = null;
     for (const v of a.values) for (const p of v) if (p !== null && (measured === null || p > measured)) measured = p;
     return { x: a.x, lines, n: a.values.reduce((n, v) => n + v.filter((p) => p !== null).length, 0), measured, equalRanks };
-    // eslint-disable-next-line react-hooks/exhaustive-deps
-  }, [store, version, predictedPeak, showPlanner]);
+  }, [store, predictedPeak, showPlanner]);
 
   return (
     <div className="run-charts">
@@ -168,26 +164,26 @@ export function RunCharts({ run, store, version, zoom, setZoom }: Props) {
         ) : <span className="muted">drag on a chart to zoom (or focus it: + / - / arrows / 0)</span>}
         <ShareLink />
       </div>
-      <StepBreakdown run={run} store={store} version={version} onZoom={onZoom} onZoomReset={onZoomReset} />
+      <StepBreakdown run={run} store={store} onZoom={onZoom} onZoomReset={onZoomReset} />
       <div className="chart-grid">
         <Chart testid="loss-chart" title="loss" x={loss.x} lines={loss.lines} points={loss.n} bands={loss.bands} onZoom={onZoom} onZoomReset={onZoomReset} height={240} />
         <div data-testid="memory-chart-wrap" data-predicted-gib={predictedPeak ?? ""} data-measured-gib={memory.measured ?? ""} data-equal-ranks={memory.equalRanks}>
           <Chart testid="memory-chart" title={`peak allocated memory per rank (GiB)${memory.measured != null ? `: max ${fmtNum(memory.measured, 3)}` : ""}${predictedPeak != null ? `, planner ${fmtNum(predictedPeak, 3)}${showPlanner ? " dashed" : ""}` : ""}`}
             x={memory.x} lines={memory.lines} points={memory.n} onZoom={onZoom} onZoomReset={onZoomReset} height={240} />
         </div>
-        <MetricChart store={store} version={version} name="lr" title="learning rate" testid="lr-chart" onZoom={onZoom} onZoomReset={onZoomReset} showPlanner={showPlanner} />
-        <MetricChart store={store} version={version} name="grad_norm" title="grad norm" testid="grad-norm-chart" onZoom={onZoom} onZoomReset={onZoomReset} showPlanner={showPlanner} />
-        <MetricChart store={store} version={version} name="tokens_per_s" title="tokens/s (job)" testid="tokens-chart"
+        <MetricChart store={store} name="lr" title="learning rate" testid="lr-chart" onZoom={onZoom} onZoomReset={onZoomReset} showPlanner={showPlanner} />
+        <MetricChart store={store} name="grad_norm" title="grad norm" testid="grad-norm-chart" onZoom={onZoom} onZoomReset={onZoomReset} showPlanner={showPlanner} />
+        <MetricChart store={store} name="tokens_per_s" title="tokens/s (job)" testid="tokens-chart"
           predicted={thr?.tokens_per_s} onZoom={onZoom} onZoomReset={onZoomReset} showPlanner={showPlanner} />
-        <MetricChart store={store} version={version} name="tflops_per_gpu" title="TFLOPS per GPU" testid="tflops-chart"
+        <MetricChart store={store} name="tflops_per_gpu" title="TFLOPS per GPU" testid="tflops-chart"
           predicted={thr?.tflops_per_gpu} onZoom={onZoom} onZoomReset={onZoomReset} showPlanner={showPlanner} />
-        <MetricChart store={store} version={version} name="mfu" title="MFU (%)" testid="mfu-chart"
+        <MetricChart store={store} name="mfu" title="MFU (%)" testid="mfu-chart"
           predicted={thr ? thr.mfu * 100 : null} scale={100} onZoom={onZoom} onZoomReset={onZoomReset} showPlanner={showPlanner} />
-        <MetricChart store={store} version={version} name="step_time_s" title="step time (s)" testid="step-time-chart"
+        <MetricChart store={store} name="step_time_s" title="step time (s)" testid="step-time-chart"
           predicted={thr?.step_time_s} onZoom={onZoom} onZoomReset={onZoomReset} showPlanner={showPlanner} />
       </div>
-      <EvalCharts store={store} version={version} />
-      <SystemCharts run={run} store={store} version={version} onZoom={onZoom} onZoomReset={onZoomReset} />
+      <EvalCharts store={store} />
+      <SystemCharts run={run} store={store} onZoom={onZoom} onZoomReset={onZoomReset} />
     </div>
   );
 }
