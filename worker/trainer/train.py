@@ -143,7 +143,8 @@ def run_stage(spec, run_dir: Path, stage_index: int, *, resume_from: Path | None
         enable_tiled_mlp(model)
     cb = StepMetricsCallback(trainer, writer=writer, step_offset=step_offset, stage_index=stage_index,
                              seq_len=stage.seq_len, model_config=model.config, peak_tflops=peak_tflops(spec.spec),
-                             checkpoint_every=spec.checkpoint_every, memory=MemoryMeter(spec.run.track_memory),
+                             checkpoint_every=spec.checkpoint_every,
+                             memory=MemoryMeter(spec.run.track_memory, spec.run.memory_every),
                              run_spec=spec, document_len=spec.plan.training.document_len)
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     evaluated: set[int] = set()
