@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
+from transformers import TrainerCallback
 
 PHASES = ("forward_s", "backward_s", "optimizer_s")
 
@@ -70,3 +71,17 @@ def time_engine(engine: Any, timer: PhaseTimer) -> None:
         if getattr(current, "__wrapped__", None) is None:
             # an instance attribute shadows the class's method (nn.Module.__setattr__ stores plain callables as is)
             object.__setattr__(engine, method, timer.wrap(name, current))
+
+
+class FirstStepEnd(TrainerCallback):
+    """When the Trainer's first step of the stage ended (perf_counter): stage_timings.jsonl's `after_first_step_s`
+    counts from it, so a per-step figure leaves out the engine's set-up inside `Trainer.train` and the first step
+    (bench/trainer_overhead.py). One comparison a step; added with or without the metrics callback."""
+
+    def __init__(self) -> None:
+        self.at: float | None = None
+
+    def on_step_end(self, args, state, control, **kw):
+        if self.at is None:
+            self.at = time.perf_counter()
+        return control

@@ -37,6 +37,7 @@ from .exits import EXIT_FAILED, EXIT_OK, EXIT_OOM, EXIT_PREEMPTED, say_last_word
 from .metrics import MemoryMeter, MetricsWriter, peak_tflops
 from .model import TiledLossHead, build_model, enable_tiled_mlp
 from .net import free_port
+from .phases import FirstStepEnd
 
 # bench/gpu_check.py's switches (not for runs of the service): leave out the last stage's model save (GBs a row, read
 # by nobody there), and let several ranks share one GPU
@@ -162,12 +163,16 @@ def run_stage(spec, run_dir: Path, stage_index: int, *, resume_from: Path | None
     if os.environ.get("ULAB_TRAINER_BARE") != "1":  # bench/trainer_overhead.py measures the loop without it
         trainer.add_callback(cb)
         trainer.add_callback(StatesCallback(trainer, run_dir, stage_index, spec.zero_stage))  # states.py
+    first_step = FirstStepEnd()
+    trainer.add_callback(first_step)
     t0 = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     if rank == 0:
+        t1 = time.perf_counter()
         with open(Path(run_dir) / "stage_timings.jsonl", "a") as f:
             f.write(json.dumps({"stage": stage_index, "steps": trainer.state.global_step - (steps_done if resume_from
-                                else 0), "train_s": time.perf_counter() - t0}) + "\n")
+                                else 0), "train_s": t1 - t0,
+                                "after_first_step_s": t1 - first_step.at if first_step.at else None}) + "\n")
     if not cb.stopped_by_signal:  # the stage's evaluations of its final model
         last = step_offset + stage.steps
         if eval_rows is not None and last not in evaluated:
