@@ -64,7 +64,7 @@ def plan(
     if recommend or fix or sp_methods:
         kernels, liger = _queue_offer(data) if from_workers else (None, True)
         if recommend:
-            answer = planner.recommend(data, longest=longest, kernels=kernels)
+            answer = planner.recommend(data, longest=longest, kernels=kernels, liger=liger)
             ok = not answer.get("errors")
         elif fix:
             answer = planner.fix(data, kernels=kernels, liger=liger)

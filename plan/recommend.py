@@ -302,11 +302,12 @@ def _base(data: Any) -> tuple[Spec | None, dict | None, set[str]]:
     return v.spec, None, _locked(raw if isinstance(raw, dict) else {})
 
 
-def recommend(data: Any, longest: bool = False, kernels: list[str] | None = None) -> dict:
+def recommend(data: Any, longest: bool = False, kernels: list[str] | None = None, liger: bool = True) -> dict:
     """The configurations that fit, best first (tokens/s; with `longest`, seq_len then tokens/s), and the nearest
     rejected ones with the reason. An invalid plan (a field no search can fix) answers `valid: false` errors.
     `kernels`: the attention kernels the plan's queue can run (its live workers'); none other is proposed, and a
-    plan that sets one the queue lacks answers an error naming training.attn_implementation."""
+    plan that sets one the queue lacks answers an error naming training.attn_implementation. `liger` False: no
+    worker of the queue has Liger, so the search does not turn it on."""
     base, bad, locked = _base(data)
     if base is None:
         assert bad is not None
@@ -316,6 +317,8 @@ def recommend(data: Any, longest: bool = False, kernels: list[str] | None = None
             "field": "training.attn_implementation",
             "message": f"{base.attn} is not installed on any worker of the plan's queue (they have "
                        f"{', '.join(kernels) or 'none'})"}]}
+    if not liger:
+        locked = locked | {"training.liger_kernel"}
     s = _Search(base, locked, "high" if longest else "point", kernels)
     found: list[Spec] = []
     structs = _structures(s)

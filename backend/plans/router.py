@@ -52,9 +52,10 @@ def recommend(body: RecommendRequest, session: SessionDep, _: Reader) -> Recomme
     """The configurations that fit the plan's model and hardware at its seq_len (or, with `longest`, the longest
     seq_len), best first, each with its reasons, and the nearest rejected ones. Training and parallel fields the
     plan sets (seq_len aside) are kept; the rest are searched. Only the attention kernels the live workers of the
-    plan's queue report are proposed (all, when none is up): `queue_kernels`."""
-    kernels, _liger = workers.queue_offer(session, body.plan.model_dump(mode="json"))
-    return planner.recommend(body.plan, longest=body.longest, kernels=kernels)  # type: ignore[return-value]
+    plan's queue report are proposed (all, when none is up), and Liger only where one has it: `queue_kernels`."""
+    kernels, liger = workers.queue_offer(session, body.plan.model_dump(mode="json"))
+    return planner.recommend(body.plan, longest=body.longest, kernels=kernels,  # type: ignore[return-value]
+                             liger=liger)
 
 
 @router.post("/estimate/fix")

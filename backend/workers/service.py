@@ -69,13 +69,15 @@ def live_workers(session: Session, queue: str) -> list[Worker]:
 
 def queue_offer(session: Session, spec: dict) -> tuple[list[str] | None, bool]:
     """What the plan's queue can run now, for recommend and fix (plan.recommend, plan.fix): the attention kernels
-    its live workers report (a worker without a GPU reports what its CPU ranks run), and whether one with a GPU has
-    Liger. (None, True) when no worker of the queue is up: nothing is known, nothing is limited."""
+    its live GPU workers report, and whether one of them has Liger. A live worker without a GPU runs any attention
+    as sdpa (as approval counts it: check_kernels) and says nothing of the GPUs the plan is for, so it limits
+    nothing; (None, True) when no GPU worker of the queue is up: nothing is known, nothing is limited."""
     workers = live_workers(session, queue_for(gpu_name(spec)))
-    if not workers:
+    gpus = [w for w in workers if w.gpu_count]
+    if not gpus or len(gpus) < len(workers):
         return None, True
-    kernels = sorted({a for w in workers for a in w.attn_implementations})
-    return kernels, any(w.gpu_count and w.versions.get("liger_kernel") for w in workers)
+    kernels = sorted({a for w in gpus for a in w.attn_implementations})
+    return kernels, any(w.versions.get("liger_kernel") for w in gpus)
 
 
 def check_kernels(session: Session, spec: dict) -> None:

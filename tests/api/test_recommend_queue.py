@@ -128,11 +128,34 @@ def test_fix_proposes_liger_only_where_a_worker_of_the_queue_has_it(client, toke
         without = client.post("/api/estimate/fix", json=plan, headers=viewer).json()
         assert without["fits"] and without["changes"], without
         assert "training.liger_kernel" not in {c["field"] for c in without["changes"]}, without["changes"]
+        recs = client.post("/api/estimate/recommend", json={"plan": plan}, headers=viewer).json()["recommendations"]
+        assert recs and not any(r["plan"]["training"]["liger_kernel"] for r in recs), recs
         _report("celery@fa2", ["flash_attention_2", "sdpa"], liger="0.6.4")
         withit = client.post("/api/estimate/fix", json=plan, headers=viewer).json()
         assert [c["field"] for c in withit["changes"]] == ["training.liger_kernel"], withit["changes"]
+        recs = client.post("/api/estimate/recommend", json={"plan": plan}, headers=viewer).json()["recommendations"]
+        assert any(r["plan"]["training"]["liger_kernel"] for r in recs), recs
     finally:
         _stop("celery@fa2")
+
+
+def test_a_worker_without_a_gpu_limits_nothing(client, tokens):
+    """CPU ranks run any attention as sdpa (approval takes any kernel on such a queue) and say nothing of the GPUs the
+    plan is for: with one up beside a GPU worker that has only sdpa, the flash kernels stay on offer."""
+    from backend.core.db import session_scope
+    from backend.workers import service
+
+    viewer = as_role(client, tokens, "viewer")
+    _report("celery@sdpa-gpu", ["sdpa"])
+    with session_scope() as s:
+        service.report(s, "celery@cpu-rehearsal", [QUEUE], {"versions": {}, "gpu_model": None, "gpu_count": 0,
+                                                             "attn_implementations": ["eager", "sdpa"]})
+    try:
+        body = client.post("/api/estimate/recommend", json={"plan": _open_plan()}, headers=viewer).json()
+        assert "queue_kernels" not in body or body["queue_kernels"] is None, body
+        assert "flash_attention_3" in _kernels(body)
+    finally:
+        _stop("celery@sdpa-gpu", "celery@cpu-rehearsal")
 
 
 def test_a_lost_worker_counts_for_nothing(client, tokens, tmp_path):
