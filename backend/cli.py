@@ -22,6 +22,9 @@ def plan(
                                    "locked)."),
     longest: bool = typer.Option(False, "--longest", help="With --recommend: search for the longest seq_len."),
     fix: bool = typer.Option(False, "--fix", help="Answer the fewest, cheapest changes that make the plan fit."),
+    from_workers: bool = typer.Option(False, "--from-workers", help="With --recommend/--fix: propose only the "
+                                      "attention kernels (and Liger) the live workers of the plan's queue report "
+                                      "(reads ULAB_DATABASE_URL, as the API's recommend and fix do)."),
     sp_methods: bool = typer.Option(False, "--sp-methods", help="Estimate Ulysses vs ring attention vs a hybrid."),
     import_path: Path | None = typer.Option(None, "--import", exists=True, dir_okay=False, help="Import a DeepSpeed "
                                             "config (ds_config.json) instead of a plan file: prints the plan, "
@@ -59,11 +62,12 @@ def plan(
         typer.echo(json.dumps(v.plan.effective(), indent=1))
         raise typer.Exit(0)
     if recommend or fix or sp_methods:
+        kernels, liger = _queue_offer(data) if from_workers else (None, True)
         if recommend:
-            answer = planner.recommend(data, longest=longest)
+            answer = planner.recommend(data, longest=longest, kernels=kernels, liger=liger)
             ok = not answer.get("errors")
         elif fix:
-            answer = planner.fix(data)
+            answer = planner.fix(data, kernels=kernels, liger=liger)
             ok = answer["estimate"].get("valid", False)
         else:
             answer = planner.compare_sp_methods(data)
@@ -78,6 +82,15 @@ def plan(
     else:
         typer.echo(json.dumps(result, indent=1))
     raise typer.Exit(0 if est.get("valid") else 1)
+
+
+def _queue_offer(data: dict) -> tuple[list[str] | None, bool]:
+    """What the plan's queue can run (backend/workers/service.queue_offer), from this installation's database."""
+    from backend.core.db import session_scope
+    from backend.workers import service
+
+    with session_scope() as s:
+        return service.queue_offer(s, data if isinstance(data, dict) else {})
 
 
 def _import(ds_path: Path, launch: str | None, accelerate_path: Path | None, args_path: Path | None,

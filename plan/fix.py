@@ -18,6 +18,7 @@ import itertools
 from typing import Any
 
 from .estimator import estimate_spec, invalid
+from .recommend import queue_attn
 from .validation import Spec, validate
 
 MAX_CHANGES = 4
@@ -29,11 +30,14 @@ MEASURED_OOM_MARGIN = 0.10
 FREE = {"training.liger_kernel", "training.tiled_logits_loss", "training.expandable_segments"}
 
 
-def _candidates(spec: Spec) -> list[list[tuple[str, Any]]]:
-    """Each candidate change as the field assignments it makes (a larger sp moves dp with it)."""
+def _candidates(spec: Spec, liger: bool = True) -> list[list[tuple[str, Any]]]:
+    """Each candidate change as the field assignments it makes (a larger sp moves dp with it); `liger` False: the
+    queue has no worker with Liger, so it is not proposed."""
     t = spec.plan.training
     out: list[list[tuple[str, Any]]] = []
     for name in ("liger_kernel", "tiled_logits_loss", "expandable_segments", "activation_checkpointing"):
+        if name == "liger_kernel" and not liger:
+            continue
         if not getattr(t, name):
             out.append([(f"training.{name}", True)])
     if not t.checkpoint_offload:
@@ -87,8 +91,36 @@ def _fits(est: dict, margin: float) -> bool:
     return m["device_total_gib_range"][1] <= m["gpu_capacity_gib"] / (1 + margin) and m["cpu_fits"]
 
 
-def fix(data: Any, measured_oom: bool = False) -> dict:
-    """The fewest, then fastest, changes that make `data` fit; `measured_oom`: the plan ran out of memory."""
+def fix(data: Any, measured_oom: bool = False, kernels: list[str] | None = None, liger: bool = True) -> dict:
+    """The fewest, then fastest, changes that make `data` fit; `measured_oom`: the plan ran out of memory.
+    `kernels`: the attention kernels the plan's queue can run (its live workers'): a plan asking another is first
+    moved to the best of these (recommend.queue_attn; the first change listed, even when the plan fits);
+    `liger`: whether a worker of the queue has Liger (False: never proposed)."""
+    v = validate(data)
+    if v.spec is None or kernels is None or v.spec.attn in kernels:
+        answer = _fix(data, measured_oom, liger)
+        return answer if kernels is None else {**answer, "queue_kernels": kernels}
+    runs = queue_attn(v.spec.gpu, kernels)
+    if not runs:
+        answer = _fix(data, measured_oom, liger)
+        return {**answer, "queue_kernels": kernels, "fits": False,
+                "cost": f"training.attn_implementation: {v.spec.attn} is not installed on any worker of the plan's "
+                        f"queue, nor any kernel the planner proposes (they have {', '.join(kernels) or 'none'}); "
+                        + answer["cost"]}
+    base_plan = v.spec.plan.model_dump(mode="json", exclude_none=True)
+    base_plan.pop("run", None)
+    moved = _apply(base_plan, [("training.attn_implementation", runs[0])])
+    answer = _fix(moved, measured_oom, liger)
+    first = {"field": "training.attn_implementation", "from": v.spec.attn, "to": runs[0], "cost_pct": None}
+    after = validate(moved)
+    if after.spec is not None:
+        first["cost_pct"] = round((estimate_spec(after.spec)["throughput"]["step_time_s"]
+                                   / estimate_spec(v.spec)["throughput"]["step_time_s"] - 1) * 100, 1)
+    return {**answer, "changes": [first, *answer["changes"]], "queue_kernels": kernels,
+            "cost": f"{runs[0]} instead of {v.spec.attn} (what the queue's workers have); " + answer["cost"]}
+
+
+def _fix(data: Any, measured_oom: bool, liger: bool) -> dict:
     v = validate(data)
     if v.spec is None:
         return {"changes": [], "plan": None, "estimate": invalid(v.errors, v.warnings), "cost": "not a valid plan",
@@ -104,7 +136,7 @@ def fix(data: Any, measured_oom: bool = False) -> dict:
         return {"changes": [], "plan": spec.plan.effective(), "estimate": est0, "cost": "none: the plan fits",
                 "fits": True}
     step0 = est0["throughput"]["step_time_s"]
-    cands = _candidates(spec)
+    cands = _candidates(spec, liger)
     best: tuple | None = None
     for n in range(1, MAX_CHANGES + 1):
         for combo in itertools.combinations(cands, n):

@@ -228,6 +228,10 @@ class RunSection(Section):
     eval_every: int = Field(0, ge=0, le=10_000_000, description="Steps between loss-by-position evaluations "
                                                                 "(0: at the end of each stage only)")
     track_memory: bool = Field(True, description="Measure each rank's peak memory per step")
+    memory_every: int = Field(10, ge=1, le=10_000_000, description="CPU ranks (whose meter sees every op): measure "
+                                                                   "memory on each stage's first 2 steps and every "
+                                                                   "N-th step; the records between carry the last "
+                                                                   "measured figures (`memory_step`). CUDA: every step")
     # Alerts at metric ingest (backend/metrics/alerts.py). 10x: cross-entropy starts near ln(vocab) and falls, so a
     # healthy run stays within a few times its running minimum; a diverging one grows by orders of magnitude.
     divergence_factor: float = Field(10.0, gt=1, le=1e6, description="Alert when the loss exceeds this many times "

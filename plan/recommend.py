@@ -69,9 +69,23 @@ def _valid_switches(sw: dict[str, Any]) -> bool:
     return True
 
 
+def queue_attn(gpu: Any, kernels: list[str] | None) -> list[str]:
+    """The attention kernels a search tries on `gpu`: FlashAttention-2 (and 3 on Hopper); with `kernels` (what the
+    queue's live workers report: backend/workers), only those the queue has, or its best other one (sdpa first)
+    when it has no flash kernel."""
+    attns = ["flash_attention_2", "flash_attention_3"] if gpu_class(gpu) == "hopper" else ["flash_attention_2"]
+    if kernels is None:
+        return attns
+    have = [a for a in attns if a in kernels]
+    return have or [a for a in FALLBACK_ATTN if a in kernels][:1]
+
+
+FALLBACK_ATTN = ("sdpa", "flex_attention", "eager")
+
+
 class _Search:
-    def __init__(self, base: Spec, locked: set[str], end: str = "point"):
-        self.base, self.locked, self.end = base, locked, end
+    def __init__(self, base: Spec, locked: set[str], end: str = "point", kernels: list[str] | None = None):
+        self.base, self.locked, self.end, self.kernels = base, locked, end, kernels
         self.evaluated: dict[tuple, tuple[bool, dict, Spec]] = {}
         self.rejected: dict[tuple, str] = {}
 
@@ -107,9 +121,9 @@ def _structures(s: _Search) -> list[dict]:
         sps = [sp for sp in sps if sp * base.dp == world]
     sps = [sp for sp in sps if base.seq_len % sp == 0]
     zs = ZERO_STAGES if s.free("zero_stage") else (base.zero_stage,)
-    attns = (["flash_attention_2", "flash_attention_3"] if gpu_class(base.gpu) == "hopper" else ["flash_attention_2"])
+    attns = queue_attn(base.gpu, s.kernels)
     if not s.free("attn_implementation"):
-        attns = [base.attn]
+        attns = [base.attn] if s.kernels is None or base.attn in s.kernels else []
     return [{"sp_size": sp, "dp_size": world // sp, "zero_stage": z, "attn_implementation": a}
             for sp in sps for z in zs for a in attns]
 
@@ -288,14 +302,24 @@ def _base(data: Any) -> tuple[Spec | None, dict | None, set[str]]:
     return v.spec, None, _locked(raw if isinstance(raw, dict) else {})
 
 
-def recommend(data: Any, longest: bool = False) -> dict:
+def recommend(data: Any, longest: bool = False, kernels: list[str] | None = None, liger: bool = True) -> dict:
     """The configurations that fit, best first (tokens/s; with `longest`, seq_len then tokens/s), and the nearest
-    rejected ones with the reason. An invalid plan (a field no search can fix) answers `valid: false` errors."""
+    rejected ones with the reason. An invalid plan (a field no search can fix) answers `valid: false` errors.
+    `kernels`: the attention kernels the plan's queue can run (its live workers'); none other is proposed, and a
+    plan that sets one the queue lacks answers an error naming training.attn_implementation. `liger` False: no
+    worker of the queue has Liger, so the search does not turn it on."""
     base, bad, locked = _base(data)
     if base is None:
         assert bad is not None
         return {"recommendations": [], "rejected": [], "errors": bad["errors"]}
-    s = _Search(base, locked, "high" if longest else "point")
+    if kernels is not None and "training.attn_implementation" in locked and base.attn not in kernels:
+        return {"recommendations": [], "rejected": [], "queue_kernels": kernels, "errors": [{
+            "field": "training.attn_implementation",
+            "message": f"{base.attn} is not installed on any worker of the plan's queue (they have "
+                       f"{', '.join(kernels) or 'none'})"}]}
+    if not liger:
+        locked = locked | {"training.liger_kernel"}
+    s = _Search(base, locked, "high" if longest else "point", kernels)
     found: list[Spec] = []
     structs = _structures(s)
     if longest:
@@ -312,7 +336,7 @@ def recommend(data: Any, longest: bool = False) -> dict:
                 s.evaluate(spec)
                 continue
             found.append(_drop_unneeded(s, spec.with_(seq_len=n)))
-        return _answer(s, found, key=lambda sp: (_verdict(sp) != "fits", -sp.seq_len, -_tps(sp)))
+        return _limited(_answer(s, found, key=lambda sp: (_verdict(sp) != "fits", -sp.seq_len, -_tps(sp))), kernels)
     fitted_z3: set[tuple] = set()
     for st in structs:
         z3_fits = (st["sp_size"], st["attn_implementation"]) in fitted_z3
@@ -332,4 +356,9 @@ def recommend(data: Any, longest: bool = False) -> dict:
                     s.rejected[_key(cand)] = _why(sec)
                     break
                 found.append(cand)
-    return _answer(s, found, key=lambda sp: (_verdict(sp) != "fits", -_tps(sp)))
+    return _limited(_answer(s, found, key=lambda sp: (_verdict(sp) != "fits", -_tps(sp))), kernels)
+
+
+def _limited(answer: dict, kernels: list[str] | None) -> dict:
+    """The answer, with the kernels it was limited to (`queue_kernels`) when it was."""
+    return answer if kernels is None else {**answer, "queue_kernels": kernels}

@@ -172,6 +172,8 @@ class Recommend(BaseModel):
     recommendations: list[Recommendation]
     rejected: list[RejectedPlan]
     errors: list[FieldErrorOut] = []
+    queue_kernels: list[str] | None = Field(None, description="The attention kernels the search was limited to: "
+                                            "what the live workers of the plan's queue report (null: not limited)")
 
 
 class FixChange(BaseModel):
@@ -190,6 +192,9 @@ class Fix(BaseModel):
     estimate: Estimate
     cost: str
     fits: bool
+    queue_kernels: list[str] | None = Field(None, description="The attention kernels the plan's queue can run (its "
+                                            "live workers'; null: not known): a plan asking another is moved to the "
+                                            "best of these, and Liger is proposed only where a worker has it")
 
 
 class SpMethodOption(BaseModel):

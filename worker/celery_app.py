@@ -8,6 +8,7 @@ start a run twice.
 from __future__ import annotations
 
 import logging
+import threading
 
 from celery import Celery
 from celery.signals import worker_ready, worker_shutdown
@@ -62,10 +63,31 @@ def report_capabilities(sender=None, **_) -> None:
             service.report(s, sender.hostname, queues, capabilities())
     except Exception:  # noqa: BLE001
         log.exception("could not report this worker's capabilities")
+    threading.Thread(target=_heartbeats, args=(sender.hostname,), name="worker-heartbeat", daemon=True).start()
+
+
+def _heartbeats(name: str) -> None:
+    """While this process lives: workers.heartbeat_at every worker_heartbeat_s (a thread: the solo pool's main thread
+    waits on the run it executes). A worker killed without its shutdown report stops writing it, and
+    GET /api/workers shows it `lost` once the last is older than worker_lost_after_s."""
+    from backend.core.db import session_scope
+    from backend.workers import service
+
+    every = get_settings().worker_heartbeat_s
+    while not _STOPPING.wait(every):
+        try:
+            with session_scope() as s:
+                service.heartbeat(s, name)
+        except Exception:  # noqa: BLE001 - a database hiccup: the next beat tries again
+            log.warning("could not write this worker's heartbeat", exc_info=True)
+
+
+_STOPPING = threading.Event()
 
 
 @worker_shutdown.connect
 def report_stopped(sender=None, **_) -> None:
+    _STOPPING.set()
     try:
         from backend.core.db import session_scope
         from backend.workers import service

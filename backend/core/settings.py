@@ -25,6 +25,10 @@ class Settings(BaseSettings):
     # Seconds between worker heartbeats, and how long a silent run may go before it is marked lost.
     heartbeat_s: float = 1.0
     lost_after_s: float = 60.0
+    # Seconds between a worker process's own heartbeats (GET /api/workers), and how old the last may be before the
+    # worker is shown `lost` and its kernels no longer count at approval or in recommendations.
+    worker_heartbeat_s: float = 5.0
+    worker_lost_after_s: float = 30.0
     # Seconds between SIGTERM and SIGKILL when a run is cancelled.
     cancel_grace_s: float = 10.0
     # The GPU type this worker serves and its queue; the API routes a run to the queue of its plan's GPU.

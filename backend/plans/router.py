@@ -13,6 +13,7 @@ from backend.plans.schemas import (
     RecommendRequest,
     SweepRequest,
 )
+from backend.workers import service as workers
 from plan import Plan
 from plan.model import EXAMPLE, field_choices, section_defaults
 from plan.results import Catalog, Estimate, Exports, Fix, MaxSeq, Recommend, SpMethods, Sweep
@@ -47,17 +48,23 @@ def sweep(body: SweepRequest, _: Reader) -> Sweep:
 
 
 @router.post("/estimate/recommend")
-def recommend(body: RecommendRequest, _: Reader) -> Recommend:
+def recommend(body: RecommendRequest, session: SessionDep, _: Reader) -> Recommend:
     """The configurations that fit the plan's model and hardware at its seq_len (or, with `longest`, the longest
     seq_len), best first, each with its reasons, and the nearest rejected ones. Training and parallel fields the
-    plan sets (seq_len aside) are kept; the rest are searched."""
-    return planner.recommend(body.plan, longest=body.longest)  # type: ignore[return-value]
+    plan sets (seq_len aside) are kept; the rest are searched. Only the attention kernels the live workers of the
+    plan's queue report are proposed (all, when none is up), and Liger only where one has it: `queue_kernels`."""
+    kernels, liger = workers.queue_offer(session, body.plan.model_dump(mode="json"))
+    return planner.recommend(body.plan, longest=body.longest, kernels=kernels,  # type: ignore[return-value]
+                             liger=liger)
 
 
 @router.post("/estimate/fix")
-def fix(plan: Plan, _: Reader) -> Fix:
-    """The fewest changes that make a plan fit (empty when it fits), cheapest speed cost first."""
-    return planner.fix(plan)  # type: ignore[return-value]
+def fix(plan: Plan, session: SessionDep, _: Reader) -> Fix:
+    """The fewest changes that make a plan fit (empty when it fits), cheapest speed cost first; a plan asking an
+    attention kernel no live worker of its queue has is moved to one it has, and Liger is proposed only where a
+    worker has it."""
+    kernels, liger = workers.queue_offer(session, plan.model_dump(mode="json"))
+    return planner.fix(plan, kernels=kernels, liger=liger)  # type: ignore[return-value]
 
 
 @router.post("/estimate/sp-methods")

@@ -10,6 +10,7 @@ from backend.plans.schemas import ProbeRequest
 from backend.runs import service
 from backend.runs.schemas import CheckpointOut, EventOut, LogOut, RetryIn, RunCreate, RunLabels, RunOut
 from backend.runs.states import RunState
+from backend.workers import service as workers
 from plan.results import Fix
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
@@ -126,7 +127,9 @@ def fix_run(run_id: RowId, session: SessionDep, _: Reader) -> Fix:
     """The fewest, cheapest changes to the run's plan that make it fit. For a run that ended `oom` although its
     plan was predicted to fit, the fix leaves room for the planner's error (plan.fix.MEASURED_OOM_MARGIN)."""
     run = service.get_run(session, run_id)
-    return planner.fix(run.spec, measured_oom=run.state == RunState.OOM.value)  # type: ignore[return-value]
+    kernels, liger = workers.queue_offer(session, run.spec)
+    return planner.fix(run.spec, measured_oom=run.state == RunState.OOM.value, kernels=kernels,  # type: ignore[return-value]
+                       liger=liger)
 
 
 @plan_probes.post("/{plan_id}/probe", status_code=202)

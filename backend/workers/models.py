@@ -17,6 +17,9 @@ class Worker(Base):
     queues: Mapped[list] = mapped_column(JSON, default=list)
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     stopped_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # written every worker_heartbeat_s while the worker process lives (worker/celery_app.py); a worker killed
+    # without its shutdown report stops writing it, and is `lost` once it is older than worker_lost_after_s
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     gpu_model: Mapped[str | None] = mapped_column(String(200), nullable=True)  # None: CPU ranks
     gpu_count: Mapped[int] = mapped_column(Integer, default=0)
     # torch, cuda, deepspeed, transformers, accelerate, flash_attn, flash_attn_3, liger_kernel: version or None

@@ -10,5 +10,7 @@ router = APIRouter(prefix="/api/workers", tags=["workers"])
 
 @router.get("")
 def workers(session: SessionDep, _: Reader) -> list[WorkerOut]:
-    """Every worker that reported: running ones first; its library versions, attention kernels and GPU model."""
-    return [WorkerOut.model_validate(w) for w in service.list_workers(session)]
+    """Every worker that reported: up ones first, then lost, then stopped; its state, library versions, attention
+    kernels and GPU model."""
+    return [WorkerOut.model_validate({**{c: getattr(w, c) for c in WorkerOut.model_fields if c != "state"},
+                                      "state": service.state(w)}) for w in service.list_workers(session)]

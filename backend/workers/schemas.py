@@ -10,6 +10,9 @@ class WorkerOut(BaseModel):
     queues: list[str]
     started_at: datetime
     stopped_at: datetime | None = Field(description="set when the worker shut down; null while it runs")
+    heartbeat_at: datetime | None = Field(description="the worker's last heartbeat (every ULAB_WORKER_HEARTBEAT_S)")
+    state: str = Field(description="up; lost: no heartbeat for ULAB_WORKER_LOST_AFTER_S (killed without a shutdown "
+                                   "report: its kernels no longer count); stopped: it shut down")
     gpu_model: str | None = Field(description="null: CPU ranks")
     gpu_count: int
     versions: dict[str, str | None] = Field(

@@ -46,6 +46,24 @@ def test_sp2_loss_equals_single_process_every_step(runs):
     assert sp[0]["target_tokens"] < sp[0]["tokens"], "packed documents should mask boundary labels"
 
 
+def test_each_record_times_forward_backward_and_optimizer_within_the_step(runs):
+    """forward_s, backward_s, optimizer_s (the slowest rank's, summed over the step's 2 micro-batches) are measured
+    every step and add up to at most step_time_s. The CPU memory meter measures the first 2 steps and every 10th
+    (run.memory_every); `memory_step` says which step a record's memory figures come from."""
+    records = metrics(runs.sp2())
+    assert len(records) == STEPS
+    for m in records:
+        phases = [m["forward_s"], m["backward_s"], m["optimizer_s"]]
+        assert all(v > 0 for v in phases), m
+        assert sum(phases) <= m["step_time_s"], m
+    measured = [m["step"] for m in records if m["memory_step"] == m["step"]]
+    assert measured == [s for s in range(1, STEPS + 1) if s <= 2 or s % 10 == 0], measured
+    for m in records:  # a step between carries the last measured step's figures
+        assert m["memory_step"] == max(s for s in measured if s <= m["step"]), m
+        source = next(r for r in records if r["step"] == m["memory_step"])
+        assert m["peak_allocated_gib"] == source["peak_allocated_gib"], m
+
+
 def test_loss_by_position_agrees_across_layouts(runs):
     """The held-back row scored by position (log2 buckets of the position in its document) every 5 steps: one
     process, SP=2 (each rank scores its half of the sequence, attending across both halves), DP=2 and SP=2 x DP=2

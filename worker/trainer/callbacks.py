@@ -14,6 +14,7 @@ from transformers import TrainerCallback
 from .checkpoints import write_layout
 from .collectives import all_gather_rows
 from .metrics import GIB, MemoryMeter, MetricsWriter, StepClock, flops_per_token
+from .phases import PHASES, time_engine
 from .system import NAMES as SYSTEM_NAMES
 from .system import SystemSampler
 
@@ -45,9 +46,11 @@ def apply_learning_rate(scheduler, learning_rate: float) -> None:
 
 
 class StepMetricsCallback(TrainerCallback):
-    # loss part, tokens, stop flag, step time, peak allocated, peak reserved, peak activations, targets; then the
-    # system figures (system.NAMES)
-    FIELDS = 8 + len(SYSTEM_NAMES)
+    # loss part, tokens, stop flag, step time, peak allocated, peak reserved, peak activations, targets; then
+    # forward, backward, optimizer seconds (phases.PHASES); then the system figures (system.NAMES)
+    FIRST_PHASE = 8
+    FIRST_SYSTEM = FIRST_PHASE + len(PHASES)
+    FIELDS = FIRST_SYSTEM + len(SYSTEM_NAMES)
 
     def __init__(self, trainer, *, writer: MetricsWriter | None, step_offset: int, stage_index: int, seq_len: int,
                  model_config, peak_tflops: float | None, checkpoint_every: int, memory: MemoryMeter,
@@ -83,14 +86,19 @@ class StepMetricsCallback(TrainerCallback):
                 inner = inner.optimizer
             print(f"optimizer: {type(inner).__name__}; {torch.get_num_threads()} CPU threads per rank", flush=True)
         self.memory.track(self.trainer.model, opt)
-        self._start()
+        wrapped = getattr(self.trainer.accelerator, "deepspeed_engine_wrapped", None)
+        if wrapped is not None:  # backward_s and optimizer_s (phases.py); forward_s: UlyssesTrainer.compute_loss
+            time_engine(wrapped.engine, self.trainer.phases)
+        self.trainer.take_step_phases()  # the step starts here: nothing before it counts
+        self._start(self.step_offset + state.global_step + 1)
 
     def on_save(self, args, state, control, **kw):
         if self.rank == 0 and self.run_spec is not None:  # which ranks wrote it: --resume checks it (checkpoints.py)
             write_layout(Path(args.output_dir) / f"checkpoint-{state.global_step}", self.run_spec)
 
-    def _start(self):
-        self.memory.begin_step()
+    def _start(self, step: int):
+        """Before the run's `step` (1-based)."""
+        self.memory.begin_step(step)
         self.clock.start()
 
     def on_train_end(self, args, state, control, **kw):
@@ -104,12 +112,14 @@ class StepMetricsCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kw):
         t_enter = time.perf_counter()
+        phases = self.trainer.take_step_phases()  # CUDA: waits for the step's last timing event
         step_time = self.clock.elapsed()
         mem = self.memory.end_step()
         loss_part, tokens = self.trainer.take_step_figures()
         mine = torch.tensor([loss_part, tokens, 1.0 if STOP["requested"] else 0.0, step_time,
                              _num(mem["allocated"]), _num(mem["reserved"]), _num(mem["activations"]),
-                             self.trainer.step_targets, *self.system.sample()], dtype=torch.float64)
+                             self.trainer.step_targets, *(phases[k] for k in PHASES), *self.system.sample()],
+                            dtype=torch.float64)
         table = all_gather_rows(mine)  # on the device the process group serves (NCCL: CUDA only)
         stop = bool(table[:, 2].max() > 0)
         loss = float(table[:, 0].sum())  # the ranks' shares add up to the step's loss
@@ -131,11 +141,12 @@ class StepMetricsCallback(TrainerCallback):
         if not stop and self.evaluate_every and step % self.evaluate_every[0] == 0:
             self.evaluate_every[1](step)  # every rank, in step (collectives inside)
         self.last_overhead = time.perf_counter() - t_enter
-        self._start()
+        self._start(step + 1)
         return control
 
     def _record(self, step: int, loss: float, table: torch.Tensor, mem: dict) -> dict:
-        step_time = float(table[:, 3].max())  # the step ends when the slowest rank ends it
+        slowest = int(table[:, 3].argmax())  # the step ends when the slowest rank ends it
+        step_time = float(table[slowest, 3])
         tokens = float(table[:, 1].sum())
         tps = tokens / step_time if step_time > 0 else None
         tflops = self.flops_per_token * tokens / self.world / step_time / 1e12 if step_time > 0 else None
@@ -163,7 +174,13 @@ class StepMetricsCallback(TrainerCallback):
         }
         if mem["reserved"] is not None:
             rec["peak_reserved_gib"] = [_gib(v) for v in table[:, 5].tolist()]
-        for i, name in enumerate(SYSTEM_NAMES, start=8):  # one value per rank; none where no rank could read it
+        if mem["allocated"] is not None:  # CPU ranks measure some steps only (metrics.MemoryMeter)
+            rec["memory_step"] = self.memory.measured_step
+        # the slowest rank's breakdown (so the three add up to at most step_time_s)
+        for i, name in enumerate(PHASES, start=self.FIRST_PHASE):
+            rec[name] = float(table[slowest, i])
+        # one value per rank; none where no rank could read it
+        for i, name in enumerate(SYSTEM_NAMES, start=self.FIRST_SYSTEM):
             values = table[:, i].tolist()
             if any(v == v for v in values):
                 rec[name] = [round(v, 4) if v == v else None for v in values]

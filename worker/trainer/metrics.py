@@ -112,23 +112,44 @@ def state_tensors(model, optimizer):
 class MemoryMeter:
     """Peak memory of this rank over one optimizer step.
 
-    CUDA: the caching allocator's max_memory_allocated / max_memory_reserved (reset each step).
+    CUDA: the caching allocator's max_memory_allocated / max_memory_reserved (reset each step), every step.
     CPU: `TensorMemoryTracker` (bytes of live tensor storages); there is no allocator cache on CPU, so
-    peak_reserved is not reported; "activations" is the peak of the storages created during the step.
+    peak_reserved is not reported; "activations" is the peak of the storages created during the step. The tracker
+    sees every op of the step (a Python call each: about half the step of a small model), so on CPU it measures
+    the first `FIRST` steps of each Trainer (a stage, or a resumed attempt: the optimizer states appear in the
+    first) and every `every`-th step of the run; a step between carries the last measured figures, and
+    `measured_step` (the record's `memory_step`) says which step they come from.
     """
 
-    def __init__(self, enabled: bool = True):
+    FIRST = 2
+
+    def __init__(self, enabled: bool = True, every: int = 1):
         self.cuda = torch.cuda.is_available()
         self.enabled = enabled
+        self.every = max(1, every)
         self.name = "cuda_allocator" if self.cuda else "cpu_tensor_tracker"
         self._tracker: TensorMemoryTracker | None = None
         self._model = self._optimizer = None
+        self._begun = 0  # steps begun under this meter
+        self._step: int | None = None  # the run's step being measured
+        self._last: dict = {"allocated": None, "reserved": None, "activations": None}
+        self.measured_step: int | None = None  # the step the last end_step's figures come from
 
     def track(self, model, optimizer) -> None:
         self._model, self._optimizer = model, optimizer
 
-    def begin_step(self) -> None:
+    def measures(self, step: int) -> bool:
+        """Whether the run's `step` (1-based) is measured, as the `self._begun`-th step under this meter."""
+        return self.cuda or self._begun < self.FIRST or step % self.every == 0
+
+    def begin_step(self, step: int = 0) -> None:
+        """Before the run's `step` (1-based)."""
         if not self.enabled:
+            return
+        measure = self.measures(step)
+        self._begun += 1
+        self._step = step if measure else None
+        if not measure:
             return
         if self.cuda:
             torch.cuda.reset_peak_memory_stats()
@@ -142,17 +163,25 @@ class MemoryMeter:
         pass
 
     def end_step(self) -> dict:
-        """{"allocated": bytes, "reserved": bytes|None, "activations": bytes|None} of this step's peak."""
+        """{"allocated": bytes, "reserved": bytes|None, "activations": bytes|None} of this step's peak, or of the
+        last measured step's (`measured_step`) when this one was not measured."""
+        none = {"allocated": None, "reserved": None, "activations": None}
         if not self.enabled:
-            return {"allocated": None, "reserved": None, "activations": None}
+            return none
+        step, self._step = self._step, None
+        if step is None:
+            return dict(self._last)
         if self.cuda:
-            return {"allocated": torch.cuda.max_memory_allocated(), "reserved": torch.cuda.max_memory_reserved(),
-                    "activations": None}
-        t, self._tracker = self._tracker, None
-        if t is None:
-            return {"allocated": None, "reserved": None, "activations": None}
-        t.__exit__(None, None, None)
-        return {"allocated": t.peak, "reserved": None, "activations": t.peak_created}
+            out = {"allocated": torch.cuda.max_memory_allocated(), "reserved": torch.cuda.max_memory_reserved(),
+                   "activations": None}
+        else:
+            t, self._tracker = self._tracker, None
+            if t is None:
+                return none
+            t.__exit__(None, None, None)
+            out = {"allocated": t.peak, "reserved": None, "activations": t.peak_created}
+        self._last, self.measured_step = out, step
+        return dict(out)
 
     def abort(self) -> None:
         if self._tracker is not None:

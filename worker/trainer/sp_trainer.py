@@ -22,6 +22,7 @@ from transformers import Trainer
 
 from .data import step_row
 from .model import checkpoint_offloader
+from .phases import PhaseTimer
 
 
 class PackedRows(Dataset):
@@ -92,6 +93,7 @@ class UlyssesTrainer(Trainer):
         self.last_grad_norm: float | None = None
         self.last_lr: float | None = None
         self.loss_sum, self.loss_steps = 0.0, 0  # the steps' whole losses L, as StepMetricsCallback gathers them
+        self.phases = PhaseTimer()  # forward here; backward and optimizer on the engine (phases.time_engine)
 
     # data: in order, so a step sees the same rows whatever the layout (the shuffle, if any, is in the data)
     def _get_train_sampler(self, train_dataset=None):
@@ -134,6 +136,10 @@ class UlyssesTrainer(Trainer):
         return int(t.item())
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        with self.phases.phase("forward_s"):
+            return self._compute_loss(model, inputs, return_outputs)
+
+    def _compute_loss(self, model, inputs, return_outputs):
         inputs = dict(inputs)
         shift_labels = inputs.pop("shift_labels", None)
         labels = inputs.pop("labels", None)
@@ -188,6 +194,10 @@ class UlyssesTrainer(Trainer):
         self.step_loss = None
         self.step_tokens = 0
         return loss, tokens
+
+    def take_step_phases(self) -> dict[str, float]:
+        """This rank's forward_s, backward_s, optimizer_s of the step that ended (phases.py)."""
+        return self.phases.take()
 
 
 def finite_or_none(x):

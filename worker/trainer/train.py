@@ -38,6 +38,7 @@ from .guard import Guard, GuardCallback
 from .metrics import MemoryMeter, MetricsWriter, peak_tflops
 from .model import TiledLossHead, build_model, enable_tiled_mlp
 from .net import free_port
+from .phases import FirstStepEnd
 
 # bench/gpu_check.py's switches (not for runs of the service): leave out the last stage's model save (GBs a row, read
 # by nobody there), and let several ranks share one GPU
@@ -145,7 +146,8 @@ def run_stage(spec, run_dir: Path, stage_index: int, *, resume_from: Path | None
         enable_tiled_mlp(model)
     cb = StepMetricsCallback(trainer, writer=writer, step_offset=step_offset, stage_index=stage_index,
                              seq_len=stage.seq_len, model_config=model.config, peak_tflops=peak_tflops(spec.spec),
-                             checkpoint_every=spec.checkpoint_every, memory=MemoryMeter(spec.run.track_memory),
+                             checkpoint_every=spec.checkpoint_every,
+                             memory=MemoryMeter(spec.run.track_memory, spec.run.memory_every),
                              run_spec=spec, document_len=spec.plan.training.document_len)
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     evaluated: set[int] = set()
@@ -167,12 +169,16 @@ def run_stage(spec, run_dir: Path, stage_index: int, *, resume_from: Path | None
         if guard is not None:  # after cb: it reads the step's gathered loss from it
             trainer.add_callback(GuardCallback(cb, guard))
         trainer.add_callback(StatesCallback(trainer, run_dir, stage_index, spec.zero_stage))  # states.py
+    first_step = FirstStepEnd()
+    trainer.add_callback(first_step)
     t0 = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     if rank == 0:
+        t1 = time.perf_counter()
         with open(Path(run_dir) / "stage_timings.jsonl", "a") as f:
             f.write(json.dumps({"stage": stage_index, "steps": trainer.state.global_step - (steps_done if resume_from
-                                else 0), "train_s": time.perf_counter() - t0}) + "\n")
+                                else 0), "train_s": t1 - t0,
+                                "after_first_step_s": t1 - first_step.at if first_step.at else None}) + "\n")
     stopped = cb.stopped_by_signal or (guard is not None and guard.fired is not None)
     if not stopped:  # the stage's evaluations of its final model
         last = step_offset + stage.steps

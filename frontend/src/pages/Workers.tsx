@@ -6,6 +6,12 @@ const LIBS: [string, string][] = [
   ["accelerate", "Accelerate"], ["flash_attn", "flash-attn 2"], ["flash_attn_3", "flash-attn 3"], ["liger_kernel", "Liger"],
 ];
 
+function stateText(w: WorkerInfo): string {
+  if (w.stopped_at) return `stopped ${new Date(w.stopped_at).toLocaleString()}`;
+  const last = new Date(w.heartbeat_at ?? w.started_at).toLocaleString();
+  return w.state === "lost" ? `lost: no heartbeat since ${last}` : `up since ${new Date(w.started_at).toLocaleString()}`;
+}
+
 /** What each worker reported it can run when it started: library versions, attention kernels, GPU model. Approval
  * refuses a run whose attention kernel or Liger no running worker of its queue has. */
 export function WorkersPage() {
@@ -18,7 +24,8 @@ export function WorkersPage() {
         <h2>Workers</h2>
         <div className="muted">What each worker reported when it started. Approving a run checks that a running worker of
           its queue has the plan's attention kernel (training.attn_implementation) and Liger; a worker without a GPU runs
-          every attention as sdpa.</div>
+          every attention as sdpa. A worker whose heartbeat stopped (killed without shutting down) is lost: its kernels
+          no longer count, for approval or for recommendations.</div>
       </div>
       <div className="card">
         {workers.length === 0 ? <div className="muted">No worker has reported yet.</div> : (
@@ -30,9 +37,9 @@ export function WorkersPage() {
               </thead>
               <tbody>
                 {workers.map((w) => (
-                  <tr key={w.name} data-testid="worker-row" className={w.stopped_at ? "muted" : ""}>
+                  <tr key={w.name} data-testid="worker-row" data-state={w.state} className={w.state === "up" ? "" : "muted"}>
                     <td className="mono">{w.name}</td>
-                    <td>{w.stopped_at ? `stopped ${new Date(w.stopped_at).toLocaleString()}` : `up since ${new Date(w.started_at).toLocaleString()}`}</td>
+                    <td>{stateText(w)}</td>
                     <td className="mono">{w.queues.join(", ")}</td>
                     <td>{w.gpu_model ? `${w.gpu_count} × ${w.gpu_model}` : "no GPU (CPU ranks)"}</td>
                     {LIBS.map(([k]) => <td key={k} className="mono">{w.versions[k] ?? "–"}</td>)}
