@@ -61,16 +61,23 @@ lint: install
 	$(BIN)/mypy
 
 # The whole suite against the real services (PostgreSQL and Redis on 127.0.0.1, Chromium, torchrun, Slurm).
-# Lint, the dashboard build and DeepSpeed's ops build side by side first. Then two pytest processes, each taking
-# whole files (--dist loadfile): much of the suite waits on services, browsers and the faults it injects, so two
-# sessions keep both cores busy (each has its own database, Redis database and stack; trained layouts of the
-# trainer tests are shared, tests/integration/trainer_runs.py). More processes do not help: the cores are ~98%
-# busy with two, and each process adds its own stack and trained run. TEST_JOBS=0 runs in one process.
+# What the tests need first, side by side: the dashboard build (the e2e tests serve it) and DeepSpeed's ops build
+# (the trainer's ranks load them). Lint (the `lint` target's ruff and mypy) needs nothing the tests make, so it runs
+# beside pytest, its output kept in a file and printed, its exit code counted, once pytest ends: mypy no longer holds
+# the suite back (tests/TIMINGS.md). Then two pytest processes, each taking whole files (--dist loadfile): much of
+# the suite waits on services, browsers and the faults it injects, so two sessions keep both cores busy (each has
+# its own database, Redis database and stack; trained layouts of the trainer tests are shared,
+# tests/integration/trainer_runs.py). More processes do not help: the cores are ~98% busy with two, and each
+# process adds its own stack and trained run. TEST_JOBS=0 runs in one process.
 TEST_JOBS ?= 2
 test: install chromium slurm
-	$(MAKE) --no-print-directory -j3 lint frontend ds-ops
+	$(MAKE) --no-print-directory -j2 frontend ds-ops
+	@lint_log=$$(mktemp); ($(BIN)/ruff check . && $(BIN)/mypy) >$$lint_log 2>&1 & lint=$$!; \
 	$(BIN)/python -m pytest -q -ra --durations=15 -n $(TEST_JOBS) --dist loadfile; code=$$?; \
-	if [ $$code -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$code
+	wait $$lint; lint_code=$$?; echo "== lint (ran beside pytest):"; cat $$lint_log; rm -f $$lint_log; \
+	if [ $$code -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; \
+	if [ $$lint_code -ne 0 ]; then echo "lint failed (exit $$lint_code): see above"; exit $$lint_code; fi; \
+	exit $$code
 
 # The GPU check, outside `make test` (bench/gpu_check.py; docs/gpu-check.md): trainer runs on CUDA and the planner's
 # prediction beside the allocator's figures, a CSV row appended as each run ends. Without a CUDA device it says so and
