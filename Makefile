@@ -68,12 +68,16 @@ lint: install
 # the suite waits on services, browsers and the faults it injects, so two sessions keep both cores busy (each has
 # its own database, Redis database and stack; trained layouts of the trainer tests are shared,
 # tests/integration/trainer_runs.py). More processes do not help: the cores are ~98% busy with two, and each
-# process adds its own stack and trained run. TEST_JOBS=0 runs in one process.
+# process adds its own stack and trained run. The longest files go first (tests/longest_first.py: xdist's own
+# queue, most tests first, leaves them for the end, where one process runs them while the other idles). Each test's
+# seconds land in var/junit.xml (`python bench/suite_durations.py var/junit.xml`: per file, and the two queues
+# simulated). TEST_JOBS=0 runs in one process.
 TEST_JOBS ?= 2
 test: install chromium slurm
 	$(MAKE) --no-print-directory -j2 frontend ds-ops
 	@lint_log=$$(mktemp); ($(BIN)/ruff check . && $(BIN)/mypy) >$$lint_log 2>&1 & lint=$$!; \
-	$(BIN)/python -m pytest -q -ra --durations=15 -n $(TEST_JOBS) --dist loadfile; code=$$?; \
+	$(BIN)/python -m pytest -q -ra --durations=15 -n $(TEST_JOBS) --dist loadfile \
+	  -p tests.longest_first --no-loadscope-reorder --junitxml=var/junit.xml; code=$$?; \
 	wait $$lint; lint_code=$$?; echo "== lint (ran beside pytest):"; cat $$lint_log; rm -f $$lint_log; \
 	if [ $$code -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; \
 	if [ $$lint_code -ne 0 ]; then echo "lint failed (exit $$lint_code): see above"; exit $$lint_code; fi; \
