@@ -3,28 +3,29 @@ the others after them as collected, and every listed file exists (a renamed file
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
-from tests.longest_first import LONGEST_FIRST
+from tests.longest_first import LONGEST_FIRST, pytest_collection_modifyitems
 
 ROOT = Path(__file__).resolve().parents[2]
-FILES = ["tests/unit/test_boundaries.py", "tests/unit/test_chart_buckets.py", "tests/unit/test_plan_exports.py"]
 
 
-def collected_files(*plugin: str) -> list[str]:
-    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:randomly", *plugin,
-                          *FILES], cwd=ROOT, capture_output=True, text=True, timeout=300)
+def test_the_listed_files_come_first_in_the_lists_order_and_the_rest_keep_theirs():
+    ids = ["tests/unit/test_b.py::test_1", f"{LONGEST_FIRST[1]}::test_x", "tests/unit/test_a.py::test_2",
+           f"{LONGEST_FIRST[0]}::test_y", f"{LONGEST_FIRST[1]}::test_w", "tests/unit/test_b.py::test_0"]
+    items = [SimpleNamespace(nodeid=i) for i in ids]
+    pytest_collection_modifyitems(items)  # type: ignore[arg-type]
+    assert [i.nodeid for i in items] == [ids[3], ids[1], ids[4], ids[0], ids[2], ids[5]]
+
+
+def test_make_tests_plugin_option_loads_it():
+    """As `make test` loads it (-p tests.longest_first): test_dashboard_headers.py, listed, is collected first."""
+    files = ["tests/e2e/test_dashboard_access.py", "tests/e2e/test_dashboard_headers.py"]
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "--noconftest", "-p", "no:randomly",
+                          "-p", "tests.longest_first", *files], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    files: list[str] = []
-    for line in out.stdout.splitlines():
-        if "::" in line and line.split("::", 1)[0] not in files:
-            files.append(line.split("::", 1)[0])
-    return files
-
-
-def test_the_listed_files_come_first_and_the_rest_keep_their_order():
-    assert "tests/unit/test_plan_exports.py" in LONGEST_FIRST
-    assert collected_files() == FILES
-    assert collected_files("-p", "tests.longest_first") == [FILES[2], FILES[0], FILES[1]]
+    ids = [line for line in out.stdout.splitlines() if "::" in line]
+    assert ids and ids[0].startswith(files[1]) and ids[-1].startswith(files[0]), ids
 
 
 def test_every_listed_file_exists_once():
