@@ -40,10 +40,18 @@ slurm:
 
 # DeepSpeed's C++ ops that CPU ranks JIT-build on first use (CPU Adam for offloaded optimizer states; the shared-memory
 # collectives of its CPU backend): built once into ~/.cache/torch_extensions, the cache the trainer's ranks load from.
+# Loading them again costs ~45 CPU-s (importing DeepSpeed, its builders' compiler checks, ninja): skipped while both
+# libraries are in the cache and this venv loaded them since its last install ($(VENV)/.ds-ops-loaded, newer than
+# the install stamp; a new install or an emptied cache loads, and builds if need be, again).
+DS_OPS_LOADED := $(VENV)/.ds-ops-loaded
 ds-ops: install
+	@ext=$${TORCH_EXTENSIONS_DIR:-$$HOME/.cache/torch_extensions}; \
+	if [ $(DS_OPS_LOADED) -nt $(STAMP) ] && ls $$ext/*/cpu_adam/cpu_adam.so \
+	  $$ext/*/deepspeed_shm_comm/deepspeed_shm_comm.so >/dev/null 2>&1; then \
+	  echo "ds-ops: built and loaded before, in $$ext"; exit 0; fi; \
 	$(BIN)/python -c "from deepspeed.accelerator import get_accelerator as acc; \
 	builders = [acc().create_op_builder(n) for n in ('CPUAdamBuilder', 'ShareMemCommBuilder')]; \
-	[b.load(verbose=False) for b in builders if b is not None and b.is_compatible()]"
+	[b.load(verbose=False) for b in builders if b is not None and b.is_compatible()]" && touch $(DS_OPS_LOADED)
 
 # Embedded defaults: SQLite database and SQLAlchemy broker transport under var/; CPU ranks for training.
 run: install frontend
