@@ -47,10 +47,18 @@ slurm:
 
 # DeepSpeed's C++ ops that CPU ranks JIT-build on first use (CPU Adam for offloaded optimizer states; the shared-memory
 # collectives of its CPU backend): built once into ~/.cache/torch_extensions, the cache the trainer's ranks load from.
+# Loading them again costs ~45 CPU-s (importing DeepSpeed, its builders' compiler checks, ninja): skipped while both
+# libraries are in the cache and this venv loaded them since its last install ($(VENV)/.ds-ops-loaded, newer than
+# the install stamp; a new install or an emptied cache loads, and builds if need be, again).
+DS_OPS_LOADED := $(VENV)/.ds-ops-loaded
 ds-ops: install
+	@ext=$${TORCH_EXTENSIONS_DIR:-$$HOME/.cache/torch_extensions}; \
+	if [ $(DS_OPS_LOADED) -nt $(STAMP) ] && ls $$ext/*/cpu_adam/cpu_adam.so \
+	  $$ext/*/deepspeed_shm_comm/deepspeed_shm_comm.so >/dev/null 2>&1; then \
+	  echo "ds-ops: built and loaded before, in $$ext"; exit 0; fi; \
 	$(BIN)/python -c "from deepspeed.accelerator import get_accelerator as acc; \
 	builders = [acc().create_op_builder(n) for n in ('CPUAdamBuilder', 'ShareMemCommBuilder')]; \
-	[b.load(verbose=False) for b in builders if b is not None and b.is_compatible()]"
+	[b.load(verbose=False) for b in builders if b is not None and b.is_compatible()]" && touch $(DS_OPS_LOADED)
 
 # Embedded defaults: SQLite database and SQLAlchemy broker transport under var/; CPU ranks for training.
 run: install frontend
@@ -70,16 +78,27 @@ lint: install $(FRONTEND_DEPS)
 	cd frontend && npm run --silent lint && npm test --silent
 
 # The whole suite against the real services (PostgreSQL and Redis on 127.0.0.1, Chromium, torchrun, Slurm).
-# Lint, the dashboard build and DeepSpeed's ops build side by side first. Then two pytest processes, each taking
-# whole files (--dist loadfile): much of the suite waits on services, browsers and the faults it injects, so two
-# sessions keep both cores busy (each has its own database, Redis database and stack; trained layouts of the
-# trainer tests are shared, tests/integration/trainer_runs.py). More processes do not help: the cores are ~98%
-# busy with two, and each process adds its own stack and trained run. TEST_JOBS=0 runs in one process.
+# What the tests need first, side by side: the dashboard build (the e2e tests serve it) and DeepSpeed's ops build
+# (the trainer's ranks load them). Lint (the `lint` target's ruff and mypy) needs nothing the tests make, so it runs
+# beside pytest, its output kept in a file and printed, its exit code counted, once pytest ends: mypy no longer holds
+# the suite back (tests/TIMINGS.md). Then two pytest processes, each taking whole files (--dist loadfile): much of
+# the suite waits on services, browsers and the faults it injects, so two sessions keep both cores busy (each has
+# its own database, Redis database and stack; trained layouts of the trainer tests are shared,
+# tests/integration/trainer_runs.py). More processes do not help: the cores are ~98% busy with two, and each
+# process adds its own stack and trained run. The longest files go first (tests/longest_first.py: xdist's own
+# queue, most tests first, leaves them for the end, where one process runs them while the other idles). Each test's
+# seconds land in var/junit.xml (`python bench/suite_durations.py var/junit.xml`: per file, and the two queues
+# simulated). TEST_JOBS=0 runs in one process.
 TEST_JOBS ?= 2
 test: install chromium slurm
-	$(MAKE) --no-print-directory -j3 lint frontend ds-ops
-	$(BIN)/python -m pytest -q -ra --durations=15 -n $(TEST_JOBS) --dist loadfile; code=$$?; \
-	if [ $$code -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$code
+	$(MAKE) --no-print-directory -j2 frontend ds-ops
+	@lint_log=$$(mktemp); ($(BIN)/ruff check . && $(BIN)/mypy) >$$lint_log 2>&1 & lint=$$!; \
+	$(BIN)/python -m pytest -q -ra --durations=15 -n $(TEST_JOBS) --dist loadfile \
+	  -p tests.longest_first --no-loadscope-reorder --junitxml=var/junit.xml; code=$$?; \
+	wait $$lint; lint_code=$$?; echo "== lint (ran beside pytest):"; cat $$lint_log; rm -f $$lint_log; \
+	if [ $$code -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; \
+	if [ $$lint_code -ne 0 ]; then echo "lint failed (exit $$lint_code): see above"; exit $$lint_code; fi; \
+	exit $$code
 
 # The GPU check, outside `make test` (bench/gpu_check.py; docs/gpu-check.md): trainer runs on CUDA and the planner's
 # prediction beside the allocator's figures, a CSV row appended as each run ends. Without a CUDA device it says so and
