@@ -92,7 +92,7 @@ lint: install $(FRONTEND_DEPS)
 TEST_JOBS ?= 2
 test: install chromium slurm
 	$(MAKE) --no-print-directory -j2 frontend ds-ops
-	@lint_log=$$(mktemp); ($(BIN)/ruff check . && $(BIN)/mypy) >$$lint_log 2>&1 & lint=$$!; \
+	@lint_log=$$(mktemp); ($(BIN)/ruff check . && $(BIN)/mypy && cd frontend && npm run --silent lint && npm test --silent) >$$lint_log 2>&1 & lint=$$!; \
 	$(BIN)/python -m pytest -q -ra --durations=15 -n $(TEST_JOBS) --dist loadfile \
 	  -p tests.longest_first --no-loadscope-reorder --junitxml=var/junit.xml; code=$$?; \
 	wait $$lint; lint_code=$$?; echo "== lint (ran beside pytest):"; cat $$lint_log; rm -f $$lint_log; \
