@@ -268,27 +268,13 @@ class Forwarder:
 
 
 def read_stored(run_id: int) -> Callable[[int], Stored]:
-    """What the API stored of a run (its database), from the step after `after`."""
-    from sqlalchemy import func, select
-
-    from backend.core.db import session_scope
-    from backend.metrics.models import MetricPoint
-    from backend.runs.models import Run
-    from backend.runs.states import TERMINAL, RunState
+    """What the API stored of a run (through the seam, backend/runs/agent.py), from the step after `after`."""
+    from backend.runs.agent import get_agent
 
     def read(after: int) -> Stored:
-        with session_scope() as s:
-            run = s.get(Run, run_id)
-            assert run is not None, run_id
-            ended = RunState(run.state) in TERMINAL
-            newest = s.scalar(select(func.max(MetricPoint.step)).where(MetricPoint.run_id == run_id)) or 0
-            upto = newest if ended else newest - 1
-            rows = s.execute(select(MetricPoint.step, MetricPoint.rank, MetricPoint.name, MetricPoint.value)
-                             .where(MetricPoint.run_id == run_id, MetricPoint.step > after, MetricPoint.step <= upto)
-                             .order_by(MetricPoint.step, MetricPoint.rank, MetricPoint.name)).all()
-            alerts = {a.kind: f"step {a.step}: {a.message}" for a in run.alerts}
-            return Stored(state=run.state, ended=ended, plan=run.spec, estimate=run.estimate, alerts=alerts,
-                          steps=_by_step(rows))
+        got = get_agent().stored(run_id, after)
+        return Stored(state=got.state, ended=got.ended, plan=got.plan, estimate=got.estimate, alerts=got.alerts,
+                      steps=_by_step(got.rows))
 
     return read
 

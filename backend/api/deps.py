@@ -6,10 +6,10 @@ from fastapi import Depends, Path, Request
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
-from backend.api.errors import UserError
 from backend.auth.roles import Permission
 from backend.auth.service import ANONYMOUS_READER, Principal, cached_principal, verify
 from backend.core.db import get_sessionmaker
+from backend.core.errors import UserError
 from backend.core.settings import get_settings
 
 COOKIE = "ulab_token"

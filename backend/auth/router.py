@@ -2,9 +2,9 @@
 from fastapi import APIRouter, Request, Response
 
 from backend.api.deps import COOKIE, Admin, Reader, RowId, SessionDep
-from backend.api.errors import NotFound, UserError
 from backend.auth import service
 from backend.auth.schemas import Identity, SignIn, TokenCreate, TokenCreated, TokenOut
+from backend.core.errors import NotFound, UserError
 
 router = APIRouter(prefix="/api", tags=["access"])
 

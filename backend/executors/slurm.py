@@ -46,6 +46,7 @@ from backend.executors.base import gpu_name
 from backend.executors.jobscript import JobRequest, check_name, check_time, render
 from backend.runs import transitions
 from backend.runs.models import Run
+from backend.runs.outcome import end_attempt
 from backend.runs.states import ACTIVE, TERMINAL, RunState
 from plan.launch import stop_grace_s
 
@@ -257,32 +258,6 @@ def failure_reason(run_id: int, job: Job, settings: Settings) -> str:
     return f"Slurm job {job.job_id} {job.state}, exit code {job.exit_code}" + (f":\n{tail}" if tail else "")
 
 
-def record_calibration(run_id: int) -> None:
-    """The finished run's prediction next to its measurement, as the Celery worker keeps it; never fails a run."""
-    from backend.calibration.service import record_run
-
-    try:
-        with session_scope() as session:
-            run = session.get(Run, run_id)
-            if run is not None and run.last_step > 0:
-                record_run(session, run)
-    except Exception:  # noqa: BLE001 - a by-product of the run, not part of its outcome
-        log.exception("run %s: could not record its calibration point", run_id)
-
-
-def record_probe(run_id: int) -> None:
-    """A finished probe's result, stored with its plan and in the calibration store (backend/runs/probe.py)."""
-    from backend.runs.probe import record_probe as store
-
-    try:
-        with session_scope() as session:
-            run = session.get(Run, run_id)
-            if run is not None and run.kind == "probe":
-                store(session, run)
-    except Exception:  # noqa: BLE001 - the probe's own files keep what it measured
-        log.exception("probe run %s: could not store its result", run_id)
-
-
 class Poller:
     """One poll: submit queued runs without a job, read every tracked job, move runs. Remembers when it sent a
     cancel's SIGTERM (a restarted poller sends it again; the trainer treats a second one like the first)."""
@@ -353,12 +328,9 @@ class Poller:
             if final == RunState.FAILED and job.exit_code == EXIT_OOM:
                 final = RunState.OOM
             reason = None if final == RunState.SUCCEEDED else failure_reason(run.id, job, self.settings)
-        if final == RunState.SUCCEEDED:  # a probe's result is stored before the run reads succeeded
-            record_probe(run.id)
-        if transitions.slurm_finished(run.id, run.job_id, final, reason, job.state):
+        job_id = run.job_id  # a probe's result and the calibration point: where every attempt ends (outcome.py)
+        if end_attempt(run.id, final, lambda: transitions.slurm_finished(run.id, job_id, final, reason, job.state)):
             log.info("run %s: Slurm job %s %s -> %s", run.id, job.job_id, job.state, final.value)
-            if final in (RunState.SUCCEEDED, RunState.FAILED, RunState.OOM):
-                record_calibration(run.id)
 
     def lost(self, run: Tracked, reason: str, job_ended: bool, restarts: int) -> str | None:
         """The attempt is lost. A job Slurm requeued serves the next attempt; an ended one is replaced by a new job

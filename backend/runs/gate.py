@@ -11,9 +11,9 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 
-from backend.api.errors import UserError
 from backend.auth.roles import Permission
 from backend.auth.service import Principal
+from backend.core.errors import UserError
 from backend.core.settings import get_settings
 from backend.runs import model_source, tokenizer_source
 from backend.runs.models import Run

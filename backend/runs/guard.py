@@ -7,7 +7,7 @@ import os
 import re
 from pathlib import Path
 
-from backend.api.errors import UserError
+from backend.core.errors import UserError
 from backend.core.settings import Settings
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$")

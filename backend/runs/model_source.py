@@ -20,7 +20,7 @@ import json
 import os
 from pathlib import Path
 
-from backend.api.errors import UserError
+from backend.core.errors import UserError
 from backend.core.settings import Settings
 from backend.runs.guard import HUB_ID, check_path_length, expand_user, resolve_allowed
 from plan import catalog

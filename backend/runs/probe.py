@@ -14,8 +14,8 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from backend.api.errors import UserError
 from backend.auth.service import Principal
+from backend.core.errors import UserError
 from backend.core.queue import queue_for, workers_on
 from backend.core.settings import get_settings
 from backend.executors.base import executor_name, gpu_name

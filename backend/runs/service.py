@@ -16,9 +16,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 import plan as planner
-from backend.api.errors import NotFound, UserError
 from backend.auth.roles import Permission, Role
 from backend.auth.service import Principal
+from backend.core.errors import NotFound, UserError
 from backend.core.logs import filter_lines, tail_lines
 from backend.core.settings import get_settings
 from backend.executors.base import executor_for, executor_name, gpu_name

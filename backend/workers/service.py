@@ -4,8 +4,8 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session, object_session
 
-from backend.api.errors import UserError
 from backend.auth.service import Principal
+from backend.core.errors import UserError
 from backend.core.queue import queue_for
 from backend.executors.base import gpu_name
 from backend.runs import gate
