@@ -220,7 +220,7 @@ class RunSection(Section):
     eval_every: int = Field(0, ge=0, le=10_000_000, description="Steps between loss-by-position evaluations "
                                                                 "(0: at the end of each stage only)")
     track_memory: bool = Field(True, description="Measure each rank's peak memory per step")
-    # Alerts at metric ingest (backend/metrics/alerts.py). 10x: cross-entropy starts near ln(vocab) and falls, so a
+    # Alerts at metric ingest (backend/runs/alerts.py). 10x: cross-entropy starts near ln(vocab) and falls, so a
     # healthy run stays within a few times its running minimum; a diverging one grows by orders of magnitude.
     divergence_factor: float = Field(10.0, gt=1, le=1e6, description="Alert when the loss exceeds this many times "
                                                                     "the attempt's lowest loss so far (from the "

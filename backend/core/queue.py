@@ -24,6 +24,12 @@ def queue_for(gpu_name: str) -> str:
     return "gpu-" + re.sub(r"[^a-z0-9]+", "-", gpu_name.lower()).strip("-")
 
 
+def gpu_name(spec: dict) -> str:
+    """The GPU type a stored plan names (`hardware.gpu`: a catalog name, or a custom GPU's name): its queue's."""
+    gpu = spec.get("hardware", {}).get("gpu", "")
+    return gpu.get("name", "custom") if isinstance(gpu, dict) else str(gpu)
+
+
 def broker_url(settings: Settings) -> str:
     """The broker URL; for the embedded SQLite broker, its directory is created first."""
     if not settings.broker_url:

@@ -27,7 +27,7 @@ class Run(Base):
     stopped_by: Mapped[str | None] = mapped_column(String(32), nullable=True)
     # what a resume changed ({at, attempt, message}: a new learning rate or schedule), for the timeline
     changes: Mapped[list | None] = mapped_column(JSON, nullable=True)
-    # the divergence rule's reference for this attempt (backend/metrics/alerts.py): its first loss step and its
+    # the divergence rule's reference for this attempt (backend/runs/alerts.py): its first loss step and its
     # lowest loss so far; cleared when the next attempt is queued
     attempt_loss_first_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
     attempt_loss_min: Mapped[float | None] = mapped_column(Double, nullable=True)
@@ -53,7 +53,7 @@ class Run(Base):
     device: Mapped[str | None] = mapped_column(String(16), nullable=True)  # "cuda" | "cpu", from its metrics
     final_loss: Mapped[float | None] = mapped_column(Double, nullable=True)  # loss at final_loss_step (ingest)
     final_loss_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    # when the API last stored a step's loss (metric ingest): the clock of the `stalled` alert (metrics/alerts.py)
+    # when the API last stored a step's loss (metric ingest): the clock of the `stalled` alert (runs/alerts.py)
     last_step_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     # "resume from here": the checkpoint (stage<i>/checkpoint-<step>) the queued attempt resumes from; null: newest
     resume_from: Mapped[str | None] = mapped_column(String(64), nullable=True)

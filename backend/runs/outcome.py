@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from backend.calibration.service import record_run
 from backend.core.db import session_scope
 from backend.runs.models import Run
 from backend.runs.states import RunState
@@ -32,19 +33,18 @@ def end_attempt(run_id: int, state: RunState, move: Callable[[], bool]) -> bool:
 def record_calibration(run_id: int) -> None:
     """Store the finished run's prediction next to its measurement (backend/calibration), if it ran at least one
     step: a run that never trained measured nothing."""
-    from backend.calibration.service import record_run
-
     try:
         with session_scope() as session:
             run = session.get(Run, run_id)
             if run is not None and run.last_step > 0:
-                record_run(session, run)
+                record_run(session, run.id, run.attempt, run.spec)
     except Exception:  # noqa: BLE001 - calibration is a by-product of a run, not part of its outcome
         log.exception("run %s: could not record its calibration point", run_id)
 
 
 def record_probe(run_id: int) -> None:
     """Store a finished probe's result with its plan and in the calibration store (backend/runs/probe.py)."""
+    # imported here: probe.py starts probes through the executors, whose Slurm poller ends attempts in this module
     from backend.runs.probe import record_probe as store
 
     try:

@@ -1,23 +1,21 @@
-"""Workers' reports (what each can run), and the approval check that a run's kernels exist on its queue."""
+"""Workers' reports (what each can run), and the approval check that a run's kernels exist on its queue (called by
+the gate in front of `queued`, backend/runs/gate.py)."""
 from __future__ import annotations
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session, object_session
+from datetime import UTC, datetime
 
-from backend.auth.service import Principal
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
 from backend.core.errors import UserError
-from backend.core.queue import queue_for
-from backend.executors.base import gpu_name
-from backend.runs import gate
-from backend.runs.models import Run
-from backend.runs.transitions import now
+from backend.core.queue import gpu_name, queue_for
 from backend.workers.models import Worker
 
 
 def report(session: Session, name: str, queues: list[str], caps: dict) -> Worker:
     """A worker's report at start (worker/trainer/capabilities.py): replaces what the same worker said before."""
     w = session.scalar(select(Worker).where(Worker.name == name)) or Worker(name=name)
-    w.queues, w.started_at, w.stopped_at = sorted(queues), now(), None
+    w.queues, w.started_at, w.stopped_at = sorted(queues), datetime.now(UTC), None
     w.gpu_model, w.gpu_count = caps.get("gpu_model"), int(caps.get("gpu_count") or 0)
     w.versions, w.attn_implementations = dict(caps.get("versions") or {}), list(caps.get("attn_implementations") or [])
     session.add(w)
@@ -27,7 +25,7 @@ def report(session: Session, name: str, queues: list[str], caps: dict) -> Worker
 def stopped(session: Session, name: str) -> None:
     w = session.scalar(select(Worker).where(Worker.name == name))
     if w is not None:
-        w.stopped_at = now()
+        w.stopped_at = datetime.now(UTC)
 
 
 def list_workers(session: Session) -> list[Worker]:
@@ -51,13 +49,3 @@ def check_kernels(session: Session, spec: dict) -> None:
     if training.get("liger_kernel") and not any(w.gpu_count and w.versions.get("liger_kernel") for w in workers):
         raise UserError(409, "training.liger_kernel",
                         f"liger-kernel is not installed on any {queue} worker with a GPU")
-
-
-def check_run_kernels(run: Run, by: Principal, forced: bool) -> None:
-    """The gate's hook (backend/runs/gate.py EXTRA_CHECKS): every path to `queued` checks the queue's kernels."""
-    session = object_session(run)
-    if session is not None:
-        check_kernels(session, run.spec)
-
-
-gate.EXTRA_CHECKS.append(check_run_kernels)
