@@ -17,10 +17,6 @@ log = logging.getLogger(__name__)
 ENDPOINT_WAIT_S = 300.0
 
 
-def num_nodes(spec: dict) -> int:
-    return max(1, int(spec.get("hardware", {}).get("num_nodes", 1) or 1))
-
-
 def interface_address(name: str) -> str:
     """The IPv4 address of a network interface (Linux SIOCGIFADDR); OSError if it has none."""
     import fcntl

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from backend.core.settings import Settings, get_settings
 from backend.runs.agent import EXECUTE_RUN, Claim, RunState, get_agent, tail_lines
+from plan.model import Plan
 from worker import gang, trackers
 from worker.celery_app import celery_app
 from worker.process import AttemptProcesses, start_group
@@ -52,14 +53,10 @@ def execute_run(run_id: int, node_rank: int = 0) -> str:
     return supervise_node(run, node_rank, settings)
 
 
-def ranks_needed(spec: dict) -> int:
-    return max(1, int(spec["hardware"].get("gpus_per_node", 1)))
-
-
-def too_big_for_this_worker(spec: dict) -> str | None:
+def too_big_for_this_worker(plan: Plan) -> str | None:
     gpus = int(getattr(celery_app.conf, "ulab_gpus", 0) or 0)
-    if gpus and ranks_needed(spec) > gpus:
-        return f"the run needs {ranks_needed(spec)} GPUs per node; this worker has {gpus}"
+    if gpus and plan.hardware.gpus_per_node > gpus:
+        return f"the run needs {plan.hardware.gpus_per_node} GPUs per node; this worker has {gpus}"
     return None
 
 
@@ -99,11 +96,11 @@ def launch(run: Claim, settings: Settings, node_rank: int, rdzv_endpoint: str | 
 def supervise(run: Claim, settings: Settings) -> str:
     """Node 0 (or the only node): owns the run's state, heartbeat and exit."""
     agent = get_agent()
-    reason = too_big_for_this_worker(run.spec)
+    reason = too_big_for_this_worker(run.plan)
     if reason:
         agent.finish(run.id, run.attempt, RunState.FAILED, reason)
         return RunState.FAILED.value
-    endpoint = gang.publish_endpoint(run, run.worker or "") if gang.num_nodes(run.spec) > 1 else None
+    endpoint = gang.publish_endpoint(run, run.worker or "") if run.plan.hardware.num_nodes > 1 else None
     procs, run_dir, log_path = launch(run, settings, 0, endpoint)
     with stopped_on_error(procs, settings):
         agent.start(run.id, run.attempt, str(run_dir))
@@ -134,7 +131,7 @@ def supervise(run: Claim, settings: Settings) -> str:
 def supervise_node(run: Claim, node_rank: int, settings: Settings) -> str:
     """Node k > 0 of a multi-node run: wait for node 0's rendezvous endpoint, run this node's ranks, stop
     them when the run ends or is cancelled. Node 0 records the run's outcome."""
-    if too_big_for_this_worker(run.spec):
+    if too_big_for_this_worker(run.plan):
         gang.record_node_exit(run.id, run.attempt, node_rank, -1)
         return "refused"
     endpoint = gang.wait_for_endpoint(run.id, run.attempt)

@@ -2,9 +2,8 @@
 a worker claims the run in the database, so a message sent twice starts it once."""
 from __future__ import annotations
 
-from backend.core.queue import gpu_name, send_execute_run
+from backend.core.queue import send_execute_run
 
 
-def send(run_id: int, spec: dict, priority: int) -> None:
-    send_execute_run(run_id, gpu_name(spec), priority=priority,
-                     num_nodes=max(1, int(spec["hardware"].get("num_nodes", 1) or 1)))
+def send(run_id: int, gpu: str, priority: int, num_nodes: int) -> None:
+    send_execute_run(run_id, gpu, priority=priority, num_nodes=num_nodes)

@@ -20,6 +20,7 @@ from backend.core.queue import gpu_name, queue_for
 from backend.core.settings import Settings
 from backend.executors.jobscript import JobRequest, check_name, check_time
 from plan.launch import stop_grace_s
+from plan.model import Plan
 
 log = logging.getLogger(__name__)
 SLURM_TIMEOUT_S = 30.0
@@ -70,6 +71,8 @@ class SlurmRun(Protocol):
     @property
     def spec(self) -> dict: ...
     @property
+    def plan(self) -> Plan: ...
+    @property
     def resume_from(self) -> str | None: ...
     @property
     def slurm_partition(self) -> str | None: ...
@@ -81,12 +84,12 @@ def job_request(run: SlurmRun, settings: Settings, plan_path: Path) -> JobReques
     """The job for the run's live attempt: its nodes and GPUs from the plan, the rest from its GPU queue's
     settings, partition and time limit from the run when it names them."""
     queue = queue_for(gpu_name(run.spec))
-    hw = run.spec.get("hardware", {})
+    hw = run.plan.hardware
     gpus = queue_setting(settings, "slurm_gpus", queue).lower() not in ("false", "0", "no", "")
-    grace = stop_grace_s(run.spec) + settings.cancel_grace_s
+    grace = stop_grace_s(run.plan) + settings.cancel_grace_s
     return JobRequest(
-        run_id=run.id, attempt=run.attempt, nodes=max(1, int(hw.get("num_nodes", 1) or 1)),
-        gpus_per_node=int(hw.get("gpus_per_node", 1) or 1) if gpus else 0, grace_s=int(math.ceil(grace)),
+        run_id=run.id, attempt=run.attempt, nodes=hw.num_nodes,
+        gpus_per_node=hw.gpus_per_node if gpus else 0, grace_s=int(math.ceil(grace)),
         plan=plan_path, ulab=ulab_path(settings), resume_from=run.resume_from or "",
         partition=check_name(run.slurm_partition or queue_setting(settings, "slurm_partition", queue),
                              "slurm_partition"),

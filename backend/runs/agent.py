@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import cache
+from functools import cache, cached_property
 from typing import Protocol
 
 from sqlalchemy import func, select
@@ -34,6 +34,7 @@ from backend.runs.nodes import RunNode
 from backend.runs.outcome import end_attempt
 from backend.runs.states import ACTIVE, TERMINAL, RunState
 from backend.workers import service as workers
+from plan.model import Plan
 
 __all__ = ["EXECUTE_RUN", "Claim", "Credentials", "Endpoint", "RunAgent", "RunState", "SqlRunAgent", "StoredRun",
            "broker_config", "broker_url", "get_agent", "queue_for", "tail_lines"]
@@ -59,6 +60,11 @@ class Claim:
     kind: str = "train"
     resume_from: str | None = None
     probe_request: dict | None = None
+
+    @cached_property
+    def plan(self) -> Plan:
+        """The stored plan, validated by the plan model (once)."""
+        return Plan.model_validate(self.spec)
 
 
 @dataclass(frozen=True)

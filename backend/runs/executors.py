@@ -38,6 +38,11 @@ class Executor:
     placement: bool = False  # takes a partition and a time limit (slurm_partition, slurm_time_limit)
 
 
+def _send(run: Run) -> None:
+    """One "execute run N" message per node on the queue of the run's GPU type."""
+    celery.send(run.id, gpu_name(run.spec), run.priority, run.plan.hardware.num_nodes)
+
+
 def _claimed(session: Session, run: Run, token_id: int | None) -> bool:
     """A worker claimed the run (node 0) or one of its nodes, with this token."""
     claimers = {run.claimed_token_id, *session.scalars(
@@ -51,8 +56,7 @@ def _job_active(session: Session, run: Run, token_id: int | None) -> bool:
 
 
 EXECUTORS: dict[str, Executor] = {
-    "celery": Executor("celery", submit=lambda run: celery.send(run.id, run.spec, run.priority), holds=_claimed,
-                       reaped=True),
+    "celery": Executor("celery", submit=_send, holds=_claimed, reaped=True),
     "slurm": Executor("slurm", submit=slurm_poller.submit, holds=_job_active, reaped=False,
                       poller=slurm_poller.poll_forever, placement=True),
 }

@@ -55,8 +55,8 @@ def does_not_fit(estimate: dict | None) -> str | None:
 def check_sources(run: Run) -> None:
     """Before a run takes GPUs: its data and checkpoint must be there and be the planned model. A checkpoint
     resolved since submit (e.g. downloaded into the cache) is stored in the spec."""
+    model_source.check_data(run.plan)
     spec = copy.deepcopy(run.spec)
-    model_source.check_data(spec)
     spec = model_source.resolve(spec, get_settings(), strict=True)
     spec = tokenizer_source.check_tokenizer(spec, get_settings())
     if spec != run.spec:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import copy
 from datetime import datetime
 
 from sqlalchemy import JSON, Boolean, DateTime, Double, ForeignKey, Index, Integer, String, Text, func
@@ -10,6 +11,7 @@ from backend.plans import models as _plans  # noqa: F401  (runs.plan_id refers t
 from backend.runs.alert_rows import RunAlert
 from backend.runs.attempts import RunAttempt
 from backend.runs.states import RunState
+from plan.model import Plan
 
 
 class Run(Base):
@@ -92,3 +94,14 @@ class Run(Base):
     attempts: Mapped[list[RunAttempt]] = relationship(order_by=RunAttempt.attempt, lazy="selectin",
                                                       cascade="all, delete-orphan")
     alerts: Mapped[list[RunAlert]] = relationship(order_by=RunAlert.id, lazy="selectin", cascade="all, delete-orphan")
+
+    @property
+    def plan(self) -> Plan:
+        """The stored plan (`spec`: the plan with its run section), validated by the plan model: what every reader of
+        a run's plan reads. Validated once and kept until the spec changes (a resolved checkpoint, a changed run
+        section)."""
+        kept = self.__dict__.get("_validated_plan")
+        if kept is None or kept[0] != self.spec:
+            kept = (copy.deepcopy(self.spec), Plan.model_validate(self.spec))
+            self.__dict__["_validated_plan"] = kept
+        return kept[1]

@@ -114,7 +114,7 @@ def create_run(session: Session, body: RunCreate, by: Principal, idempotency_key
     # the checkpoint first: a preset plan's run.model_path is filled in from the models root or the hub cache
     merged = model_source.resolve({**stored.spec, "run": body.run.model_dump(mode="json")}, settings, strict=False)
     plan = valid_or_422(merged)
-    spec = check_run_spec(plan.effective(), settings)
+    spec = check_run_spec(plan, settings)
     try:
         executor = executor_name(spec, settings)
     except ValueError as e:  # a misconfigured queue: say so instead of queueing a run nothing will take

@@ -12,6 +12,7 @@ from backend.runs import outcome, transitions
 from backend.runs.agent import Claim, RunAgent, SqlRunAgent, get_agent
 from backend.runs.models import Run
 from backend.runs.states import RunState
+from plan.model import Plan
 from tests.tiny import tiny_plan
 
 
@@ -117,3 +118,16 @@ def test_the_forwarder_reads_what_was_stored_through_the_seam():
     assert stored.plan == spec()
     with pytest.raises(LookupError, match="run_id"):
         agent.stored(claim.id + 1, after=0)
+
+
+def test_a_run_and_a_claim_read_the_validated_plan():
+    agent = get_agent()
+    claim = running(agent)
+    assert isinstance(claim.plan, Plan) and claim.plan is claim.plan  # validated once
+    assert (claim.plan.hardware.gpus_per_node, claim.plan.run and claim.plan.run.steps) == (2, 4)
+    with db.session_scope() as s:
+        run = s.get_one(Run, claim.id)
+        first = run.plan
+        assert first is run.plan and first.training.seq_len == 512  # kept while the spec is the same
+        run.spec = {**run.spec, "run": {**run.spec["run"], "steps": 9}}
+        assert run.plan is not first and run.plan.run is not None and run.plan.run.steps == 9
