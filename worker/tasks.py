@@ -105,7 +105,7 @@ def supervise(run: Claim, settings: Settings) -> str:
     with stopped_on_error(procs, settings):
         agent.start(run.id, run.attempt, str(run_dir))
         shipper = MetricShipper(run_dir, settings.api_url, run.id, agent.credentials().token)
-    mirror = trackers.forwarder_for(run.id, run.spec, run_dir, settings)  # run.report_to: its own thread
+    mirror = trackers.forwarder_for(run.id, run.plan, run_dir, settings)  # run.report_to: its own thread
     if mirror is not None:
         mirror.start()  # goes on after the run until every tracker has everything, the final state included
     code, stopped, shipped, left = watch_and_ship(

@@ -31,7 +31,7 @@ def check_worker_kernels(run: Run, by: Principal, forced: bool) -> None:
     """Every path to `queued` checks that the queue's workers have the plan's kernels (backend/workers/service.py)."""
     session = object_session(run)
     if session is not None:
-        workers.check_kernels(session, run.spec)
+        workers.check_kernels(session, run.plan)
 
 
 EXTRA_CHECKS: list[QueueCheck] = [check_worker_kernels]

@@ -204,7 +204,7 @@ def change_run_section(run: Run, changes: dict[str, Any]) -> str:
     """Resume with another learning rate or schedule (`run.learning_rate`, `run.lr_scheduler`, and each stage's own):
     the stored spec changes, checked by the plan model; answers what changed ("" for nothing)."""
     changes = {k: v for k, v in changes.items() if v is not None}
-    section = run.spec.get("run") or {}
+    section = run.plan.run.model_dump(mode="json") if run.plan.run is not None else {}
     said = [f"{k} {section.get(k)} -> {v}" for k, v in changes.items() if section.get(k) != v]
     if not said:
         return ""

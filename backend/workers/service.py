@@ -8,8 +8,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from backend.core.errors import UserError
-from backend.core.queue import gpu_name, queue_for
+from backend.core.queue import plan_gpu_name, queue_for
 from backend.workers.models import Worker
+from plan.model import Plan
 
 
 def report(session: Session, name: str, queues: list[str], caps: dict) -> Worker:
@@ -32,20 +33,19 @@ def list_workers(session: Session) -> list[Worker]:
     return list(session.scalars(select(Worker).order_by(Worker.stopped_at.is_not(None), Worker.name)))
 
 
-def check_kernels(session: Session, spec: dict) -> None:
+def check_kernels(session: Session, plan: Plan) -> None:
     """409 naming the field when no running worker of the run's queue has the plan's attention kernel or Liger.
     A queue with no worker reporting says nothing (the run waits for one, as before). A worker without CUDA runs
     every attention as sdpa (plan.launch.effective_attn), so it takes any attention, never Liger."""
-    queue = queue_for(gpu_name(spec))
+    queue = queue_for(plan_gpu_name(plan))
     workers = [w for w in session.scalars(select(Worker).where(Worker.stopped_at.is_(None))) if queue in w.queues]
     if not workers:
         return
-    training = spec.get("training") or {}
-    attn = training.get("attn_implementation")
+    attn = plan.training.attn_implementation
     has = sorted({a for w in workers for a in w.attn_implementations})
     if attn and not any(w.gpu_count == 0 or attn in w.attn_implementations for w in workers):
         raise UserError(409, "training.attn_implementation",
                         f"{attn} is not installed on any {queue} worker (they have {', '.join(has) or 'none'})")
-    if training.get("liger_kernel") and not any(w.gpu_count and w.versions.get("liger_kernel") for w in workers):
+    if plan.training.liger_kernel and not any(w.gpu_count and w.versions.get("liger_kernel") for w in workers):
         raise UserError(409, "training.liger_kernel",
                         f"liger-kernel is not installed on any {queue} worker with a GPU")
