@@ -107,7 +107,7 @@ def run_job(plan_path: Path) -> int:
     # from the newest checkpoint, which may be one this job saved after it
     resume_from = env.get("ULAB_RESUME_FROM") if restart == 0 else None
     cmd = trainer_command(plan_path, run_dir, attempt, resume_from, resume=resume)
-    if (run_dir / PROBE_REQUEST).exists():  # a run of kind "probe" (backend/executors/slurm.py wrote it)
+    if (run_dir / PROBE_REQUEST).exists():  # a run of kind "probe" (backend/runs/slurm_poller.py wrote it)
         cmd = probe_command(plan_path, run_dir, json.loads((run_dir / PROBE_REQUEST).read_text()))
     procs = AttemptProcesses(start_group(cmd, log_path, env=env), lock, attempt)
     agent = get_agent()

@@ -1,7 +1,7 @@
 """Where an attempt ends, for every executor: a probe's result is stored before the run reads `succeeded` (the
 page that waits for it then finds the result with the plan), the state change itself, then the run's calibration
 point (its prediction beside its measurement). The Celery worker (through backend/runs/agent.py) and the Slurm
-poller (backend/executors/slurm.py) both end attempts here, so the two can no longer drift apart. Neither by-product
+poller (backend/runs/slurm_poller.py) both end attempts here, so the two can no longer drift apart. Neither by-product
 ever fails the run."""
 from __future__ import annotations
 

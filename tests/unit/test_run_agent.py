@@ -70,7 +70,7 @@ def test_a_run_that_never_stepped_leaves_no_calibration_point():
     claim = running(agent)
     assert agent.finish(claim.id, claim.attempt, RunState.FAILED, "exit code 1", last_step=0)
     assert calibration_points(claim.id) == []
-    outcome.record_calibration(claim.id)  # also when asked directly, as the Slurm poller's end does
+    outcome.record_calibration(claim.id)  # also when asked directly
     assert calibration_points(claim.id) == []
 
 
