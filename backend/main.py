@@ -14,12 +14,12 @@ from backend.auth.router import router as auth_router
 from backend.calibration.router import router as calibration_router
 from backend.core.logs import configure_service_logging
 from backend.core.settings import get_settings
-from backend.executors.base import slurm_configured
-from backend.metrics.router import router as metrics_router
 from backend.monitoring.middleware import RequestLatency
 from backend.monitoring.router import router as monitoring_router
 from backend.plans.router import router as plans_router
+from backend.runs import executors
 from backend.runs.lifecycle import supervise_forever
+from backend.runs.metrics_router import router as metrics_router
 from backend.runs.router import plan_probes
 from backend.runs.router import router as runs_router
 from backend.workers.router import router as workers_router
@@ -48,10 +48,8 @@ async def lifespan(app: FastAPI):
     configure_service_logging()
     await asyncio.to_thread(load_calibration_results)
     tasks = [asyncio.create_task(supervise_forever(get_settings()))]  # reaper + re-send of queued runs
-    if slurm_configured():  # a GPU queue runs on Slurm: follow its jobs (backend/executors/slurm.py)
-        from backend.executors.slurm import poll_forever
-
-        tasks.append(asyncio.create_task(poll_forever(get_settings())))
+    # the pollers of the executors some GPU queue uses (Slurm's follows its jobs: backend/runs/executors.py)
+    tasks += [asyncio.create_task(ex.poller(get_settings())) for ex in executors.configured() if ex.poller]
     yield
     for task in tasks:
         task.cancel()

@@ -182,7 +182,7 @@ class Data(Section):
 
 
 class ProbeGate(Section):
-    """The smoke test of a run (backend/metrics/alerts.py): its first `steps` steps are checked at metric ingest,
+    """The smoke test of a run (backend/runs/alerts.py): its first `steps` steps are checked at metric ingest,
     and a breach stops the run with a checkpoint and the reason; otherwise it trains on in the same attempt."""
 
     steps: int = Field(10, ge=1, le=100_000, description="Steps checked from the run's start")
@@ -232,7 +232,7 @@ class RunSection(Section):
                                                                    "memory on each stage's first 2 steps and every "
                                                                    "N-th step; the records between carry the last "
                                                                    "measured figures (`memory_step`). CUDA: every step")
-    # Alerts at metric ingest (backend/metrics/alerts.py). 10x: cross-entropy starts near ln(vocab) and falls, so a
+    # Alerts at metric ingest (backend/runs/alerts.py). 10x: cross-entropy starts near ln(vocab) and falls, so a
     # healthy run stays within a few times its running minimum; a diverging one grows by orders of magnitude.
     divergence_factor: float = Field(10.0, gt=1, le=1e6, description="Alert when the loss exceeds this many times "
                                                                     "the attempt's lowest loss so far (from the "

@@ -12,17 +12,18 @@ from pydantic import ValidationError
 from . import catalog as cat
 from . import rules
 from .errors import MISSING_HINTS, FieldError, field_errors
-from .model import DTYPE_BYTES, Plan
+from .model import DTYPE_BYTES, Plan, Training
+from .training_fields import TrainingFields
 
 MISSING_HINTS["hardware.gpu"] = rules.known_gpus
 
 
 @dataclass(frozen=True)
-class Spec:
+class Spec(TrainingFields):
     """A valid plan with its architecture and GPU resolved: everything the estimators read.
 
-    Training switches are read through to the plan (`spec.tiled_mlp` is `plan.training.tiled_mlp`), so a new
-    training field needs no line here. `with_(seq_len=...)` is the cheap copy the searches make.
+    Training switches are read through to the plan (`spec.tiled_mlp` is `plan.training.tiled_mlp`:
+    plan/training_fields.py). `with_(seq_len=...)` is the cheap copy the searches make.
     """
 
     plan: Plan
@@ -33,10 +34,9 @@ class Spec:
     def __post_init__(self) -> None:
         object.__setattr__(self, "_t", self.plan.training)
 
-    def __getattr__(self, name: str) -> Any:  # training fields: spec.zero_stage, spec.offload_optimizer, ...
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(self._t, name)
+    @property
+    def training_section(self) -> Training:  # its fields: spec.zero_stage, spec.offload_optimizer, ...
+        return self._t
 
     @property
     def sp(self) -> int:

@@ -98,3 +98,60 @@ def packages_loaded(code: str, packages: tuple[str, ...]) -> list[str]:
     r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def package_of(module: str) -> str:
+    """The package an import counts for: its first two names (backend.runs.models -> backend.runs)."""
+    return ".".join(module.split(".")[:2])
+
+
+def package_graph(found: list[Import]) -> dict[str, set[str]]:
+    """Which packages each package imports (itself left out), from the import statements `found`; a module at the
+    top (backend/main.py) counts as a package of its own."""
+    graph: dict[str, set[str]] = {}
+    for i in found:
+        src = package_of(i.file.removesuffix(".py").removesuffix("/__init__").replace("/", "."))
+        graph.setdefault(src, set())
+        dst = package_of(i.module)
+        if dst != src and dst.split(".")[0] == src.split(".")[0] and "." in dst:
+            graph[src].add(dst)
+    return graph
+
+
+def package_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one package (each an import cycle), names sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def imports_within(found: list[Import], packages: list[str]) -> list[Import]:
+    """The imports from one of `packages` to another: the edges of a cycle, to name where it is made."""
+    return [i for i in found if package_of(i.file.removesuffix(".py").replace("/", ".")) in packages
+            and package_of(i.module) in packages
+            and package_of(i.module) != package_of(i.file.removesuffix(".py").replace("/", "."))]

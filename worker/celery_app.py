@@ -1,9 +1,9 @@
 """The Celery app. It carries only "execute run N"; the database holds the run's state.
 
 Broker, task name and queue names come from backend/core/queue.py, the API's side of the queue (the API sends
-by name and never imports this module). One task at a time per worker (prefetch 1, concurrency 1),
-acknowledged late; the run is claimed in the database before anything starts, so a redelivered message cannot
-start a run twice.
+by name and never imports this module), through the seam (backend/runs/agent.py). One task at a time per worker
+(prefetch 1, concurrency 1), acknowledged late; the run is claimed in the database before anything starts, so a
+redelivered message cannot start a run twice.
 """
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import threading
 from celery import Celery
 from celery.signals import worker_ready, worker_shutdown
 
-from backend.core.queue import broker_config, broker_url, queue_for
 from backend.core.settings import get_settings
+from backend.runs.agent import broker_config, broker_url, get_agent, queue_for
 
 
 def make_celery() -> Celery:
@@ -54,13 +54,10 @@ def report_capabilities(sender=None, **_) -> None:
     """At start: this worker's library versions, attention kernels and GPU model (trainer/capabilities.py), shown at
     GET /api/workers and checked when a run of its queue is approved. A failure to report is logged, not fatal."""
     try:
-        from backend.core.db import session_scope
-        from backend.workers import service
         from worker.trainer.capabilities import capabilities
 
         queues = sorted(q.name for q in sender.task_consumer.queues)
-        with session_scope() as s:
-            service.report(s, sender.hostname, queues, capabilities())
+        get_agent().worker_started(sender.hostname, queues, capabilities())
     except Exception:  # noqa: BLE001
         log.exception("could not report this worker's capabilities")
     threading.Thread(target=_heartbeats, args=(sender.hostname,), name="worker-heartbeat", daemon=True).start()
@@ -70,14 +67,10 @@ def _heartbeats(name: str) -> None:
     """While this process lives: workers.heartbeat_at every worker_heartbeat_s (a thread: the solo pool's main thread
     waits on the run it executes). A worker killed without its shutdown report stops writing it, and
     GET /api/workers shows it `lost` once the last is older than worker_lost_after_s."""
-    from backend.core.db import session_scope
-    from backend.workers import service
-
     every = get_settings().worker_heartbeat_s
     while not _STOPPING.wait(every):
         try:
-            with session_scope() as s:
-                service.heartbeat(s, name)
+            get_agent().worker_heartbeat(name)
         except Exception:  # noqa: BLE001 - a database hiccup: the next beat tries again
             log.warning("could not write this worker's heartbeat", exc_info=True)
 
@@ -89,10 +82,6 @@ _STOPPING = threading.Event()
 def report_stopped(sender=None, **_) -> None:
     _STOPPING.set()
     try:
-        from backend.core.db import session_scope
-        from backend.workers import service
-
-        with session_scope() as s:
-            service.stopped(s, sender.hostname)
+        get_agent().worker_stopped(sender.hostname)
     except Exception:  # noqa: BLE001
         log.exception("could not report this worker's shutdown")

@@ -9,23 +9,12 @@ import socket
 import time
 from urllib.parse import urlsplit
 
-from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
-
-from backend.core.db import session_scope
 from backend.core.settings import get_settings
-from backend.runs.models import Run
-from backend.runs.nodes import RunNode
-from backend.runs.states import ACTIVE, RunState
-from backend.runs.transitions import now
+from backend.runs.agent import Claim, get_agent
 from worker.trainer.net import free_port
 
 log = logging.getLogger(__name__)
 ENDPOINT_WAIT_S = 300.0
-
-
-def num_nodes(spec: dict) -> int:
-    return max(1, int(spec.get("hardware", {}).get("num_nodes", 1) or 1))
 
 
 def interface_address(name: str) -> str:
@@ -66,66 +55,37 @@ def node_address() -> str:
         return "127.0.0.1"
 
 
-def publish_endpoint(run: Run, worker: str) -> str:
+def publish_endpoint(run: Claim, worker: str) -> str:
     """Node 0: record this node and the rendezvous endpoint (host:port) for the others."""
     endpoint = f"{node_address()}:{free_port('')}"  # any interface: the other nodes connect from afar
-    with session_scope() as s:
-        s.add(RunNode(run_id=run.id, attempt=run.attempt, node_rank=0, worker=worker, rdzv_endpoint=endpoint,
-                      heartbeat_at=now()))
+    get_agent().register_node(run.id, run.attempt, worker, endpoint)
     return endpoint
 
 
-def claim_node(run_id: int, node_rank: int, worker: str, token_id: int | None = None) -> Run | None:
+def claim_node(run_id: int, node_rank: int, worker: str, token_id: int | None = None) -> Claim | None:
     """Node k > 0: claim (run, attempt, k); None if the run is over or another delivery has the node. `token_id`
     (the node worker's API token) may then write the run's metrics beside node 0's."""
-    with session_scope() as s:
-        run = s.get(Run, run_id)
-        if run is None or RunState(run.state) not in (RunState.QUEUED, *ACTIVE):
-            return None
-        s.add(RunNode(run_id=run.id, attempt=run.attempt, node_rank=node_rank, worker=worker, heartbeat_at=now(),
-                      claimed_token_id=token_id))
-        try:
-            s.flush()
-        except IntegrityError:
-            return None
-        return run
+    return get_agent().claim_node(run_id, node_rank, worker, token_id)
 
 
 def wait_for_endpoint(run_id: int, attempt: int) -> str | None:
     """Node k > 0: node 0's endpoint once published; None if the run ends (or moves on) first."""
     end = time.monotonic() + ENDPOINT_WAIT_S
     while time.monotonic() < end:
-        with session_scope() as s:
-            endpoint = s.scalar(select(RunNode.rdzv_endpoint).where(
-                RunNode.run_id == run_id, RunNode.attempt == attempt, RunNode.node_rank == 0))
-            run = s.get(Run, run_id)
-            if endpoint:
-                return endpoint
-            if run is None or run.attempt != attempt or RunState(run.state) not in (RunState.QUEUED, *ACTIVE):
-                return None
+        found = get_agent().endpoint(run_id, attempt)
+        if found.address:
+            return found.address
+        if not found.live:
+            return None
         time.sleep(0.5)
     return None
 
 
 def node_heartbeat(run_id: int, attempt: int, node_rank: int) -> bool:
     """Node k > 0: record that it is alive; answers whether it must stop (the run ended, was cancelled or
-    moved to another attempt)."""
-    with session_scope() as s:
-        node = s.scalar(select(RunNode).where(RunNode.run_id == run_id, RunNode.attempt == attempt,
-                                              RunNode.node_rank == node_rank))
-        run = s.get(Run, run_id)
-        if node is None or run is None:  # its rows were removed (by hand): nothing to train for
-            return True
-        node.heartbeat_at = now()
-        return run.attempt != attempt or run.cancel_requested or RunState(run.state) not in (RunState.QUEUED, *ACTIVE)
+    moved to another attempt, or its rows were removed by hand)."""
+    return get_agent().node_heartbeat(run_id, attempt, node_rank)
 
 
 def record_node_exit(run_id: int, attempt: int, node_rank: int, code: int) -> None:
-    with session_scope() as s:
-        node = s.scalar(select(RunNode).where(RunNode.run_id == run_id, RunNode.attempt == attempt,
-                                              RunNode.node_rank == node_rank))
-        if node is None:
-            log.warning("run %s attempt %s node %s: no node row to record exit code %s on", run_id, attempt,
-                        node_rank, code)
-            return
-        node.exit_code = code
+    get_agent().node_exit(run_id, attempt, node_rank, code)

@@ -28,7 +28,8 @@ WORDS = "ulysses splits the sequence across ranks and trades tokens for attentio
 def write_data(path: Path, seq_len: int) -> Path:
     """Documents enough for two packed rows (the trainer's rows cycle, so a probe needs no more)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    need, docs, i = 2 * seq_len + 2, [], 0
+    need, i = 2 * seq_len + 2, 0
+    docs: list[str] = []
     while sum(len(d) + 2 for d in docs) < need:
         docs.append(" ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(40)) + ".")
         i += 1

@@ -1,6 +1,6 @@
 """`ulab job --plan PLAN`: one node of a Slurm run, started by srun from the job script
 (backend/executors/slurm_job.sh.template). It starts this node's `ulab train` ranks, ships metrics to the API and
-beats the heartbeat with the Celery worker's own code (worker/tasks.py `watch_and_ship`, worker/shipper.py), and
+beats the heartbeat with the Celery worker's own code (worker/supervise.py, worker/shipper.py), and
 exits with the trainer's exit code, which becomes the job's (the API's poller reads it from Slurm).
 
 Multi-node: the c10d rendezvous runs on the first host of SLURM_JOB_NODELIST, at ULAB_SLURM_RDZV_PORT plus the
@@ -18,14 +18,13 @@ import signal
 import sys
 from pathlib import Path
 
-from backend.core.logs import tail_lines
 from backend.core.settings import get_settings
-from backend.runs import transitions
+from backend.runs.agent import get_agent, tail_lines
 from worker.probe import REQUEST as PROBE_REQUEST
 from worker.probe import probe_command
 from worker.process import AttemptProcesses, start_group
 from worker.shipper import MetricShipper
-from worker.tasks import LOG_TAIL_LINES, stop_wait_s, watch_and_ship, worker_token
+from worker.supervise import LOG_TAIL_LINES, stop_wait_s, trainer_command, watch_and_ship
 from worker.trainer.attempt import attempt_tag, lock_file, previous_attempt
 from worker.trainer.exits import EXIT_BAD_INPUT, EXIT_OOM, says_out_of_memory
 
@@ -79,13 +78,6 @@ def rendezvous_env(env: dict[str, str], run_id: int, port_base: int) -> dict[str
             "ULAB_RDZV_ID": f"ulab-run{run_id}-job{job_id}-restart{restart}"}
 
 
-def trainer_command(plan_path: Path, run_dir: Path, resume: bool, attempt: int,
-                    resume_from: str | None = None) -> list[str]:
-    cmd = [sys.executable, "-m", "worker.trainer", "--plan", str(plan_path), "--run-dir", str(run_dir),
-           "--attempt", str(attempt)]
-    return cmd + (["--resume"] if resume else []) + (["--resume-from", resume_from] if resume_from else [])
-
-
 def run_job(plan_path: Path) -> int:
     settings = get_settings()
     env = dict(os.environ)
@@ -114,15 +106,16 @@ def run_job(plan_path: Path) -> int:
     # "resume from here" (the job script's ULAB_RESUME_FROM): on the job's first start only; a requeued start goes on
     # from the newest checkpoint, which may be one this job saved after it
     resume_from = env.get("ULAB_RESUME_FROM") if restart == 0 else None
-    cmd = trainer_command(plan_path, run_dir, resume, attempt, resume_from)
-    if (run_dir / PROBE_REQUEST).exists():  # a run of kind "probe" (backend/executors/slurm.py wrote it)
+    cmd = trainer_command(plan_path, run_dir, attempt, resume_from, resume=resume)
+    if (run_dir / PROBE_REQUEST).exists():  # a run of kind "probe" (backend/runs/slurm_poller.py wrote it)
         cmd = probe_command(plan_path, run_dir, json.loads((run_dir / PROBE_REQUEST).read_text()))
     procs = AttemptProcesses(start_group(cmd, log_path, env=env), lock, attempt)
-    shipper = MetricShipper(run_dir, settings.api_url, run_id, worker_token())
+    agent = get_agent()
+    shipper = MetricShipper(run_dir, settings.api_url, run_id, agent.credentials().token)
 
     def beat() -> bool:  # cancel reaches the job through scancel, never through the heartbeat
         if node_rank == 0:
-            transitions.slurm_heartbeat(run_id, job_id, shipper.last_step)
+            agent.job_heartbeat(run_id, job_id, shipper.last_step)
         return False
 
     grace = stop_wait_s(json.loads(plan_path.read_text()), settings)

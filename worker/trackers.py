@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from plan.model import Plan
+
 log = logging.getLogger(__name__)
 STATE_FILE = "trackers.json"
 MAX_RETRY_S = 60.0
@@ -268,27 +270,13 @@ class Forwarder:
 
 
 def read_stored(run_id: int) -> Callable[[int], Stored]:
-    """What the API stored of a run (its database), from the step after `after`."""
-    from sqlalchemy import func, select
-
-    from backend.core.db import session_scope
-    from backend.metrics.models import MetricPoint
-    from backend.runs.models import Run
-    from backend.runs.states import TERMINAL, RunState
+    """What the API stored of a run (through the seam, backend/runs/agent.py), from the step after `after`."""
+    from backend.runs.agent import get_agent
 
     def read(after: int) -> Stored:
-        with session_scope() as s:
-            run = s.get(Run, run_id)
-            assert run is not None, run_id
-            ended = RunState(run.state) in TERMINAL
-            newest = s.scalar(select(func.max(MetricPoint.step)).where(MetricPoint.run_id == run_id)) or 0
-            upto = newest if ended else newest - 1
-            rows = s.execute(select(MetricPoint.step, MetricPoint.rank, MetricPoint.name, MetricPoint.value)
-                             .where(MetricPoint.run_id == run_id, MetricPoint.step > after, MetricPoint.step <= upto)
-                             .order_by(MetricPoint.step, MetricPoint.rank, MetricPoint.name)).all()
-            alerts = {a.kind: f"step {a.step}: {a.message}" for a in run.alerts}
-            return Stored(state=run.state, ended=ended, plan=run.spec, estimate=run.estimate, alerts=alerts,
-                          steps=_by_step(rows))
+        got = get_agent().stored(run_id, after)
+        return Stored(state=got.state, ended=got.ended, plan=got.plan, estimate=got.estimate, alerts=got.alerts,
+                      steps=_by_step(got.rows))
 
     return read
 
@@ -302,14 +290,14 @@ def _by_step(rows: Iterable[tuple[int, int, str, float]]) -> list[tuple[int, dic
     return out
 
 
-def forwarder_for(run_id: int, spec: dict, run_dir: Path, settings: Any) -> Forwarder | None:
+def forwarder_for(run_id: int, plan: Plan, run_dir: Path, settings: Any) -> Forwarder | None:
     """The forwarder of a run whose plan has `run.report_to`; None without one."""
-    run = spec.get("run") or {}
-    report_to = [t for t in run.get("report_to") or [] if t in TRACKERS]
-    if not report_to:
+    run = plan.run
+    report_to: list[str] = [t for t in (run.report_to if run is not None else []) if t in TRACKERS]
+    if run is None or not report_to:
         return None
-    cfg = TrackerConfig(run_id=run_id, run_dir=Path(run_dir), project=run.get("tracker_project") or
-                        settings.tracker_project, mlflow_uri=run.get("tracker_uri") or settings.mlflow_tracking_uri,
+    cfg = TrackerConfig(run_id=run_id, run_dir=Path(run_dir), project=run.tracker_project or
+                        settings.tracker_project, mlflow_uri=run.tracker_uri or settings.mlflow_tracking_uri,
                         wandb_dir=Path(settings.wandb_dir or Path(run_dir) / "wandb"),
                         tensorboard_dir=Path(settings.tensorboard_dir or Path(run_dir) / "tensorboard"))
     return Forwarder(cfg, report_to, read_stored(run_id), retry_s=settings.tracker_retry_s)

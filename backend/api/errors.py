@@ -1,7 +1,6 @@
-"""Errors a user can cause, answered as 4xx with the field and the reason: {"detail": [{"field", "message"}]}."""
+"""The handlers that answer errors a user can cause (backend/core/errors.py) as 4xx with the field and the reason:
+{"detail": [{"field", "message"}]}."""
 from __future__ import annotations
-
-from collections.abc import Mapping, Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -9,28 +8,9 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from sqlalchemy.exc import DataError
 
+from backend.core.errors import IllegalTransition, UserError
 from backend.core.text import UnstorableValue
-from backend.runs.states import IllegalTransition
 from plan.errors import FieldError, field_errors
-
-
-class UserError(Exception):
-    def __init__(self, status: int, field: str, message: str, extra: Sequence[Mapping[str, object]] = ()):
-        super().__init__(message)
-        self.status = status
-        self.detail = [{"field": field, "message": message}] + [
-            {"field": str(e["field"]), "message": str(e["message"])} for e in extra]
-
-    @classmethod
-    def many(cls, status: int, errors: Sequence[Mapping[str, object]]) -> UserError:
-        first, *rest = errors
-        return cls(status, str(first["field"]), str(first["message"]), rest)
-
-
-class NotFound(UserError):
-    def __init__(self, what: str, ident: int):
-        super().__init__(404, "id", f"{what} {ident} does not exist")
-
 
 _SOURCES = ("body", "query", "path", "header", "cookie")
 

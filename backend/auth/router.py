@@ -1,10 +1,11 @@
 """HTTP: sign in with a token (kept in an httpOnly cookie for the browser), and token management (admin)."""
 from fastapi import APIRouter, Request, Response
 
-from backend.api.deps import COOKIE, Admin, Reader, RowId, SessionDep
-from backend.api.errors import NotFound, UserError
+from backend.api.deps import RowId, SessionDep
 from backend.auth import service
+from backend.auth.deps import COOKIE, Admin, Reader
 from backend.auth.schemas import Identity, SignIn, TokenCreate, TokenCreated, TokenOut
+from backend.core.errors import NotFound, UserError
 
 router = APIRouter(prefix="/api", tags=["access"])
 

@@ -1,7 +1,8 @@
 """HTTP: calibration — the planner's error on finished runs and gpu-check results, and its opt-in correction."""
 from fastapi import APIRouter
 
-from backend.api.deps import Admin, Reader, SessionDep
+from backend.api.deps import SessionDep
+from backend.auth.deps import Admin, Reader
 from backend.calibration import service
 from backend.calibration.schemas import Calibration, CorrectedEstimate, LoadResult
 from backend.core.settings import get_settings

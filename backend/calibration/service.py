@@ -26,7 +26,6 @@ from sqlalchemy.orm import Session
 import plan as planner
 from backend.calibration.models import CalibrationPoint
 from backend.metrics.models import MetricPoint
-from backend.runs.models import Run
 
 log = logging.getLogger(__name__)
 FIGURES = ("peak_allocated_gib", "reserved_gib", "device_total_gib", "tokens_per_s")
@@ -95,14 +94,14 @@ def _upsert(session: Session, source: str, ref: str, plan: dict, measured: dict,
             setattr(row, k, v)
 
 
-def record_run(session: Session, run: Run) -> None:
-    """Store a finished run's prediction and measurement (called by the worker when it records the exit). A run
+def record_run(session: Session, run_id: int, attempt: int, spec: dict) -> None:
+    """Store a finished run's prediction and measurement (called where an attempt ends, backend/runs/outcome.py). A run
     whose ranks reported no MFU ran on CPU ranks (no peak FLOPS to divide by): it is filed under GPU "cpu", so it
     never enters the correction of the GPU type its plan names."""
-    plan = {k: v for k, v in (run.spec or {}).items() if k != "run"}
+    plan = {k: v for k, v in (spec or {}).items() if k != "run"}
     on_gpu = session.scalar(select(func.count()).select_from(MetricPoint).where(
-        MetricPoint.run_id == run.id, MetricPoint.name == "mfu")) or 0
-    _upsert(session, "run", f"run {run.id} attempt {run.attempt}", plan, measured_for_run(session, run.id), run.id,
+        MetricPoint.run_id == run_id, MetricPoint.name == "mfu")) or 0
+    _upsert(session, "run", f"run {run_id} attempt {attempt}", plan, measured_for_run(session, run_id), run_id,
             gpu=None if on_gpu else "cpu")
 
 

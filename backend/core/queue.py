@@ -12,6 +12,7 @@ from functools import lru_cache
 from celery import Celery
 
 from backend.core.settings import Settings, get_settings
+from plan.model import Plan
 
 EXECUTE_RUN = "ulab.execute_run"
 # A multi-day run must never be redelivered while it runs (Redis redelivers unacknowledged messages after
@@ -22,6 +23,18 @@ VISIBILITY_TIMEOUT_S = 30 * 24 * 3600
 def queue_for(gpu_name: str) -> str:
     """The queue of a GPU type: `gpu-h100-80gb` for H100-80GB."""
     return "gpu-" + re.sub(r"[^a-z0-9]+", "-", gpu_name.lower()).strip("-")
+
+
+def gpu_name(spec: dict) -> str:
+    """The GPU type a stored plan names (`hardware.gpu`: a catalog name, or a custom GPU's name): its queue's."""
+    gpu = spec.get("hardware", {}).get("gpu", "")
+    return gpu.get("name", "custom") if isinstance(gpu, dict) else str(gpu)
+
+
+def plan_gpu_name(plan: Plan) -> str:
+    """The GPU type a validated plan names: its queue's."""
+    gpu = plan.hardware.gpu
+    return gpu if isinstance(gpu, str) else gpu.name
 
 
 def broker_url(settings: Settings) -> str:

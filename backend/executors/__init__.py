@@ -1,3 +1,3 @@
-"""Executors: how an approved run reaches GPUs. `celery` sends it to the workers of its GPU queue (the default);
-`slurm` makes it one sbatch job, followed by a poller in the API process. Chosen per GPU queue in settings
-(ULAB_EXECUTOR_<QUEUE>=slurm) when the run is created, and kept on the run."""
+"""The engines a run can be executed on, each seen from its own side only (a broker message, a Slurm job); none of
+them knows the database. The table of executors, and what each needs of the API (a reaper, a poller), is
+backend/runs/executors.py."""

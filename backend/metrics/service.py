@@ -8,7 +8,6 @@ from sqlalchemy import case, func, select, text
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
-from backend.metrics import alerts
 from backend.metrics.chart import TIERS
 from backend.metrics.models import MetricPoint, MetricRollup
 from backend.metrics.schemas import PointIn
@@ -59,10 +58,10 @@ def block_summaries(run_id: int, rows: list[dict]) -> list[dict]:
 
 def ingest(session: Session, run_id: int, points: list[PointIn], attempt: int | None = None) -> int:
     """Insert or overwrite points keyed by (run, name, step, rank), as stored by `attempt` of the run: a resend
-    never duplicates, and never overwrites what a newer attempt stored."""
+    never duplicates, and never overwrites what a newer attempt stored. Non-finite values are not stored (their
+alerts are raised by the caller first: backend/runs/metrics_router.py); the session is committed."""
     if not points:
         return 0
-    alerts.check(session, run_id, points)  # committed with the points
     points = [p for p in points if math.isfinite(p.value)]
     latest: dict[tuple, PointIn] = {}
     for p in points:  # one key once per batch: the last write of a step wins

@@ -5,7 +5,7 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from backend.monitoring.instruments import REQUEST_SECONDS
+from backend.core.instruments import REQUEST_SECONDS
 
 # A stream's latency is its lifetime, not a response time: left out.
 UNTIMED = ("/api/runs/{run_id}/stream",)

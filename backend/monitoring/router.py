@@ -9,7 +9,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest, multiprocess
 
-from backend.api.deps import Reader
+from backend.auth.deps import Reader
 from backend.monitoring.collector import RunsCollector
 
 router = APIRouter(tags=["meta"])

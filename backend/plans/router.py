@@ -2,7 +2,8 @@
 from fastapi import APIRouter, Query, Response
 
 import plan as planner
-from backend.api.deps import Reader, RowId, SessionDep, Submitter
+from backend.api.deps import RowId, SessionDep
+from backend.auth.deps import Reader, Submitter
 from backend.plans import service
 from backend.plans.schemas import (
     PlanCreate,

@@ -8,7 +8,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 import plan as planner
-from backend.api.errors import NotFound, UserError
+from backend.core.errors import NotFound, UserError
 from backend.plans.models import Plan as PlanRow
 from backend.plans.schemas import PlanImport, PlanOut
 from plan import Plan, importer

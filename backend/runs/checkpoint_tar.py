@@ -12,7 +12,7 @@ import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from backend.api.errors import UserError
+from backend.core.errors import UserError
 
 NAME = re.compile(r"^(stage\d{1,4})-checkpoint-(\d{1,12})$")
 CHUNK = 1 << 20

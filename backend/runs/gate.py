@@ -4,6 +4,7 @@
   `pending_approval` run is not retried into the queue);
 - the estimate fits, or the run is forced (now, or at its approval) and still under ULAB_MAX_FORCED_GIB_PER_GPU;
 - its sources are there (the data, and a checkpoint that is the planned model);
+- a running worker of its queue has its attention kernel and Liger, when any reports (backend/workers);
 - and every function of EXTRA_CHECKS (other checks hook in there: one line each).
 Each refusal is a UserError (409/422) naming the field."""
 from __future__ import annotations
@@ -11,17 +12,29 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 
-from backend.api.errors import UserError
+from sqlalchemy.orm import object_session
+
 from backend.auth.roles import Permission
 from backend.auth.service import Principal
+from backend.core.errors import UserError
 from backend.core.settings import get_settings
 from backend.runs import model_source, tokenizer_source
 from backend.runs.models import Run
 from backend.runs.states import RunState
+from backend.workers import service as workers
 
 # (run, who queues it, forced) -> None, or raise UserError. Called last, in order, on every path to `queued`.
 QueueCheck = Callable[[Run, Principal, bool], None]
-EXTRA_CHECKS: list[QueueCheck] = []
+
+
+def check_worker_kernels(run: Run, by: Principal, forced: bool) -> None:
+    """Every path to `queued` checks that the queue's workers have the plan's kernels (backend/workers/service.py)."""
+    session = object_session(run)
+    if session is not None:
+        workers.check_kernels(session, run.plan)
+
+
+EXTRA_CHECKS: list[QueueCheck] = [check_worker_kernels]
 
 
 def does_not_fit(estimate: dict | None) -> str | None:
@@ -42,8 +55,8 @@ def does_not_fit(estimate: dict | None) -> str | None:
 def check_sources(run: Run) -> None:
     """Before a run takes GPUs: its data and checkpoint must be there and be the planned model. A checkpoint
     resolved since submit (e.g. downloaded into the cache) is stored in the spec."""
+    model_source.check_data(run.plan)
     spec = copy.deepcopy(run.spec)
-    model_source.check_data(spec)
     spec = model_source.resolve(spec, get_settings(), strict=True)
     spec = tokenizer_source.check_tokenizer(spec, get_settings())
     if spec != run.spec:

@@ -7,8 +7,9 @@ import os
 import re
 from pathlib import Path
 
-from backend.api.errors import UserError
+from backend.core.errors import UserError
 from backend.core.settings import Settings
+from plan.model import Plan
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$")
 NAME_MAX = 255  # bytes in one path part (Linux NAME_MAX); the system refuses longer ones with ENAMETOOLONG
@@ -71,19 +72,21 @@ def refused_paths(spec: dict, settings: Settings) -> str | None:
     return None
 
 
-def check_run_spec(spec: dict, settings: Settings) -> dict:
-    """Rewrite a run spec's paths to checked absolute paths and enforce the size bounds; answers the spec."""
-    run = spec["run"]
-    check_paths(run, settings)
-    steps = sum(s.get("steps", 0) for s in run.get("stages") or []) or run.get("steps", 0)  # passkey: none
+def check_run_spec(plan: Plan, settings: Settings) -> dict:
+    """The validated plan as the run spec to store (`plan.effective()`), its paths rewritten to checked absolute
+    paths; the size bounds enforced."""
+    if plan.run is None:
+        raise UserError(422, "run", "missing: a run needs a run section")
+    spec = plan.effective()
+    check_paths(spec["run"], settings)  # rewrites the stored spec's paths
+    steps = plan.total_steps()  # the training stages' (a passkey test has none)
     if steps > settings.max_steps:
         raise UserError(422, "run.steps", f"{steps} steps is above the limit of {settings.max_steps}")
-    seq_lens = [spec["training"]["seq_len"]] + [s["seq_len"] for s in run.get("stages") or []]
+    seq_lens = [plan.training.seq_len] + [s.seq_len for s in plan.run.stages or []]
     if max(seq_lens) > settings.max_seq_len:
         raise UserError(422, "training.seq_len",
                         f"seq_len {max(seq_lens)} is above the limit of {settings.max_seq_len}")
-    hw = spec["hardware"]
-    gpus = int(hw.get("gpus_per_node", 1)) * int(hw.get("num_nodes", 1))
+    gpus = plan.hardware.gpus_per_node * plan.hardware.num_nodes
     if gpus > settings.max_gpus:
         raise UserError(422, "hardware.gpus_per_node", f"{gpus} GPUs is above the limit of {settings.max_gpus}")
     return spec

@@ -20,10 +20,11 @@ import json
 import os
 from pathlib import Path
 
-from backend.api.errors import UserError
+from backend.core.errors import UserError
 from backend.core.settings import Settings
 from backend.runs.guard import HUB_ID, check_path_length, expand_user, resolve_allowed
 from plan import catalog
+from plan.model import Plan
 
 FIELD = "run.model_path"
 # The architecture numbers that must agree between the plan and the checkpoint's config.json: any difference
@@ -125,8 +126,10 @@ def check_architecture(spec: dict, config_file: Path) -> None:
                                         "another model than the one planned")
 
 
-def check_data(spec: dict) -> None:
+def check_data(plan: Plan) -> None:
     """The data path (already checked against the allowed roots at submit) must still exist."""
-    path = spec["run"]["data"]["path"]
+    if plan.run is None:
+        raise UserError(422, "run", "missing: a run needs a run section with its data")
+    path = plan.run.data.path
     if not os.path.exists(path):
         raise UserError(422, "run.data.path", f"{path} does not exist")

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import copy
 from datetime import datetime
 
 from sqlalchemy import JSON, Boolean, DateTime, Double, ForeignKey, Index, Integer, String, Text, func
@@ -10,6 +11,7 @@ from backend.plans import models as _plans  # noqa: F401  (runs.plan_id refers t
 from backend.runs.alert_rows import RunAlert
 from backend.runs.attempts import RunAttempt
 from backend.runs.states import RunState
+from plan.model import Plan
 
 
 class Run(Base):
@@ -27,7 +29,7 @@ class Run(Base):
     stopped_by: Mapped[str | None] = mapped_column(String(32), nullable=True)
     # what a resume changed ({at, attempt, message}: a new learning rate or schedule), for the timeline
     changes: Mapped[list | None] = mapped_column(JSON, nullable=True)
-    # the divergence rule's reference for this attempt (backend/metrics/alerts.py): its first loss step and its
+    # the divergence rule's reference for this attempt (backend/runs/alerts.py): its first loss step and its
     # lowest loss so far; cleared when the next attempt is queued
     attempt_loss_first_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
     attempt_loss_min: Mapped[float | None] = mapped_column(Double, nullable=True)
@@ -53,7 +55,7 @@ class Run(Base):
     device: Mapped[str | None] = mapped_column(String(16), nullable=True)  # "cuda" | "cpu", from its metrics
     final_loss: Mapped[float | None] = mapped_column(Double, nullable=True)  # loss at final_loss_step (ingest)
     final_loss_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    # when the API last stored a step's loss (metric ingest): the clock of the `stalled` alert (metrics/alerts.py)
+    # when the API last stored a step's loss (metric ingest): the clock of the `stalled` alert (runs/alerts.py)
     last_step_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     # "resume from here": the checkpoint (stage<i>/checkpoint-<step>) the queued attempt resumes from; null: newest
     resume_from: Mapped[str | None] = mapped_column(String(64), nullable=True)
@@ -92,3 +94,14 @@ class Run(Base):
     attempts: Mapped[list[RunAttempt]] = relationship(order_by=RunAttempt.attempt, lazy="selectin",
                                                       cascade="all, delete-orphan")
     alerts: Mapped[list[RunAlert]] = relationship(order_by=RunAlert.id, lazy="selectin", cascade="all, delete-orphan")
+
+    @property
+    def plan(self) -> Plan:
+        """The stored plan (`spec`: the plan with its run section), validated by the plan model: what every reader of
+        a run's plan reads. Validated once and kept until the spec changes (a resolved checkpoint, a changed run
+        section)."""
+        kept = self.__dict__.get("_validated_plan")
+        if kept is None or kept[0] != self.spec:
+            kept = (copy.deepcopy(self.spec), Plan.model_validate(self.spec))
+            self.__dict__["_validated_plan"] = kept
+        return kept[1]

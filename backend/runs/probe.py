@@ -14,15 +14,15 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from backend.api.errors import UserError
 from backend.auth.service import Principal
-from backend.core.queue import queue_for, workers_on
+from backend.core.errors import UserError
+from backend.core.queue import gpu_name, queue_for, workers_on
 from backend.core.settings import get_settings
-from backend.executors.base import executor_name, gpu_name
 from backend.plans.models import Plan as PlanRow
 from backend.plans.schemas import ProbeRequest
 from backend.plans.service import get_plan, valid_or_422
 from backend.runs import transitions
+from backend.runs.executors import executor_name
 from backend.runs.models import Run
 from backend.runs.states import RunState
 from plan.probe import DEPTHS

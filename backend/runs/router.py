@@ -5,7 +5,8 @@ from fastapi import APIRouter, Header, Path, Query
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
 import plan as planner
-from backend.api.deps import Approver, Reader, RowId, SessionDep, Submitter
+from backend.api.deps import RowId, SessionDep
+from backend.auth.deps import Approver, Reader, Submitter
 from backend.plans.schemas import ProbeRequest
 from backend.runs import service
 from backend.runs.schemas import CheckpointOut, EventOut, LogOut, RetryIn, RunCreate, RunLabels, RunOut

@@ -16,18 +16,18 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 import plan as planner
-from backend.api.errors import NotFound, UserError
 from backend.auth.roles import Permission, Role
 from backend.auth.service import Principal
+from backend.core.errors import NotFound, UserError
 from backend.core.logs import filter_lines, tail_lines
+from backend.core.queue import gpu_name
 from backend.core.settings import get_settings
-from backend.executors.base import executor_for, executor_name, gpu_name
 from backend.plans.models import Plan as PlanRow
 from backend.plans.service import get_plan, valid_or_422
 from backend.runs import gate, model_source, transitions
+from backend.runs.executors import EXECUTORS, executor_for, executor_name
 from backend.runs.guard import check_run_spec
 from backend.runs.models import Run
-from backend.runs.nodes import RunNode
 from backend.runs.schemas import RunCreate, RunLabels
 from backend.runs.states import TERMINAL, IllegalTransition, RunState
 from plan.report import default_run_name
@@ -65,13 +65,7 @@ def require_writable_run(session: Session, run_id: int, by: Principal) -> Run:
         return run
     if run.state == RunState.PENDING_APPROVAL.value or (run.state == RunState.QUEUED.value and run.attempt == 1):
         raise UserError(409, "state", f"run {run_id} has not started ({run.state}): no worker may write its metrics")
-    if run.executor == "slurm":
-        held = run.slurm_job_id is not None and run.state != RunState.QUEUED.value and run.started_at is not None
-    else:
-        claimers = {run.claimed_token_id, *session.scalars(
-            select(RunNode.claimed_token_id).where(RunNode.run_id == run_id, RunNode.attempt == run.attempt))}
-        held = by.token_id is not None and by.token_id in claimers
-    if not held:
+    if not executor_for(run).holds(session, run, by.token_id):  # backend/runs/executors.py
         raise UserError(403, "authorization", f"this worker token does not hold run {run_id}'s live attempt: a worker "
                                               "writes the metrics of the runs it claimed only")
     return run
@@ -121,12 +115,12 @@ def create_run(session: Session, body: RunCreate, by: Principal, idempotency_key
     # the checkpoint first: a preset plan's run.model_path is filled in from the models root or the hub cache
     merged = model_source.resolve({**stored.spec, "run": body.run.model_dump(mode="json")}, settings, strict=False)
     plan = valid_or_422(merged)
-    spec = check_run_spec(plan.effective(), settings)
+    spec = check_run_spec(plan, settings)
     try:
         executor = executor_name(spec, settings)
     except ValueError as e:  # a misconfigured queue: say so instead of queueing a run nothing will take
         raise UserError(422, "hardware.gpu", str(e)) from None
-    if executor != "slurm" and (body.slurm_partition or body.slurm_time_limit):
+    if not EXECUTORS[executor].placement and (body.slurm_partition or body.slurm_time_limit):
         raise UserError(422, "slurm_partition" if body.slurm_partition else "slurm_time_limit",
                         f"the queue of {gpu_name(spec)} runs on {executor}, not on Slurm")
     # unnamed: "llama-3.1-8b sp8 128K" (the model, layout and context), not "plan 9"
@@ -164,7 +158,7 @@ def approve_run(session: Session, run_id: int, by: Principal, force: bool = Fals
 
 
 def enqueue(run: Run) -> None:
-    """Hand the queued run to its executor (backend/executors): Celery workers or one Slurm job."""
+    """Hand the queued run to its executor (backend/runs/executors.py): Celery workers or one Slurm job."""
     try:
         executor_for(run).submit(run)
     except Exception:  # the run stays queued; the reconciler (Celery) or the Slurm poller sends it again
@@ -212,7 +206,7 @@ def change_run_section(run: Run, changes: dict[str, Any]) -> str:
     """Resume with another learning rate or schedule (`run.learning_rate`, `run.lr_scheduler`, and each stage's own):
     the stored spec changes, checked by the plan model; answers what changed ("" for nothing)."""
     changes = {k: v for k, v in changes.items() if v is not None}
-    section = run.spec.get("run") or {}
+    section = run.plan.run.model_dump(mode="json") if run.plan.run is not None else {}
     said = [f"{k} {section.get(k)} -> {v}" for k, v in changes.items() if section.get(k) != v]
     if not said:
         return ""
@@ -298,7 +292,7 @@ def log_tail(run: Run, lines: int | None, rank: int | None = None, launcher: boo
 
 def events(run: Run) -> list[dict]:
     """The run's timeline, oldest first: submitted, approved, each attempt's start and end, and the alerts raised
-    at metric ingest (backend/metrics/alerts.py), with the step and whether the rule stopped the run."""
+    at metric ingest (backend/runs/alerts.py), with the step and whether the rule stopped the run."""
     out: list[dict] = [{"at": run.created_at, "kind": "submitted", "message": run.name or ""}]
     if run.approved_at is not None:
         out.append({"at": run.approved_at, "kind": "approved",

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from backend.core.errors import IllegalTransition
+
+__all__ = ["ACTIVE", "ALLOWED", "TERMINAL", "IllegalTransition", "RunState", "check_transition"]
+
 
 class RunState(StrEnum):
     PENDING_APPROVAL = "pending_approval"
@@ -34,12 +38,6 @@ ALLOWED: dict[RunState, frozenset[RunState]] = {
     RunState.LOST: frozenset({RunState.QUEUED}),
     RunState.STOPPED: frozenset({RunState.QUEUED}),
 }
-
-
-class IllegalTransition(Exception):
-    def __init__(self, current: str, wanted: str):
-        super().__init__(f"a run in state '{current}' cannot become '{wanted}'")
-        self.current, self.wanted = current, wanted
 
 
 def check_transition(current: str, wanted: RunState) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from backend.api.errors import UserError
+from backend.core.errors import UserError
 from backend.core.settings import Settings
 from backend.runs.guard import HUB_ID, resolve_allowed
 from backend.runs.model_source import local_candidate

@@ -3,7 +3,7 @@ function here, and each checks the state table (`states.ALLOWED`) first: a chang
 raises IllegalTransition and writes nothing.
 
 API side (the caller's session, which the caller commits): `approve`, `queue_retry`, `request_cancel`,
-`mark_lost`. Slurm executor (backend/executors/slurm.py; a session of their own): `slurm_submitted`,
+`mark_lost`. Slurm poller (backend/runs/slurm_poller.py; a session of their own): `slurm_submitted`,
 `slurm_observed`, `slurm_started`, `slurm_requeued`, `slurm_finished`, and `slurm_heartbeat` from inside the job.
 Worker side (a session of their own, committed on return): `claim`, `start`, `heartbeat`,
 `finish`; these name the attempt they act for, and do nothing once it is no longer the run's live attempt (the
@@ -232,7 +232,7 @@ def finish(run_id: int, attempt: int, state: RunState, exit_reason: str | None, 
 
 
 # --- Slurm executor -------------------------------------------------------------------------------------------
-# A Slurm run has no worker claim: Slurm decides when it starts, and the API's poller (backend/executors/slurm.py)
+# A Slurm run has no worker claim: Slurm decides when it starts, and the API's poller (backend/runs/slurm_poller.py)
 # turns what squeue/scontrol say about its job into these changes. The job id names the attempt: a function acts
 # only while `job_id` is the run's job.
 

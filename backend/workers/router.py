@@ -1,7 +1,8 @@
 """HTTP: workers — what each worker reported it can run when it started."""
 from fastapi import APIRouter
 
-from backend.api.deps import Reader, SessionDep
+from backend.api.deps import SessionDep
+from backend.auth.deps import Reader
 from backend.workers import service
 from backend.workers.schemas import WorkerOut
 

@@ -1,20 +1,21 @@
-"""Workers' reports (what each can run), and the approval check that a run's kernels exist on its queue."""
+"""Workers' reports (what each can run), and the approval check that a run's kernels exist on its queue (called by
+the gate in front of `queued`, backend/runs/gate.py)."""
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select, update
-from sqlalchemy.orm import Session, object_session
+from sqlalchemy.orm import Session
 
-from backend.api.errors import UserError
-from backend.auth.service import Principal
-from backend.core.queue import queue_for
+from backend.core.errors import UserError
+from backend.core.queue import gpu_name, plan_gpu_name, queue_for
 from backend.core.settings import get_settings
-from backend.executors.base import gpu_name
-from backend.runs import gate
-from backend.runs.models import Run
-from backend.runs.transitions import now
 from backend.workers.models import Worker
+from plan.model import Plan
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
 
 
 def report(session: Session, name: str, queues: list[str], caps: dict) -> Worker:
@@ -31,7 +32,7 @@ def report(session: Session, name: str, queues: list[str], caps: dict) -> Worker
 def stopped(session: Session, name: str) -> None:
     w = session.scalar(select(Worker).where(Worker.name == name))
     if w is not None:
-        w.stopped_at = now()
+        w.stopped_at = datetime.now(UTC)
 
 
 def heartbeat(session: Session, name: str) -> bool:
@@ -80,30 +81,19 @@ def queue_offer(session: Session, spec: dict) -> tuple[list[str] | None, bool]:
     return kernels, any(w.versions.get("liger_kernel") for w in gpus)
 
 
-def check_kernels(session: Session, spec: dict) -> None:
+def check_kernels(session: Session, plan: Plan) -> None:
     """409 naming the field when no live worker of the run's queue has the plan's attention kernel or Liger.
     A queue with no worker up says nothing (the run waits for one, as before). A worker without CUDA runs
     every attention as sdpa (plan.launch.effective_attn), so it takes any attention, never Liger."""
-    queue = queue_for(gpu_name(spec))
+    queue = queue_for(plan_gpu_name(plan))
     workers = live_workers(session, queue)
     if not workers:
         return
-    training = spec.get("training") or {}
-    attn = training.get("attn_implementation")
+    attn = plan.training.attn_implementation
     has = sorted({a for w in workers for a in w.attn_implementations})
     if attn and not any(w.gpu_count == 0 or attn in w.attn_implementations for w in workers):
         raise UserError(409, "training.attn_implementation",
                         f"{attn} is not installed on any {queue} worker (they have {', '.join(has) or 'none'})")
-    if training.get("liger_kernel") and not any(w.gpu_count and w.versions.get("liger_kernel") for w in workers):
+    if plan.training.liger_kernel and not any(w.gpu_count and w.versions.get("liger_kernel") for w in workers):
         raise UserError(409, "training.liger_kernel",
                         f"liger-kernel is not installed on any {queue} worker with a GPU")
-
-
-def check_run_kernels(run: Run, by: Principal, forced: bool) -> None:
-    """The gate's hook (backend/runs/gate.py EXTRA_CHECKS): every path to `queued` checks the queue's kernels."""
-    session = object_session(run)
-    if session is not None:
-        check_kernels(session, run.spec)
-
-
-gate.EXTRA_CHECKS.append(check_run_kernels)

@@ -39,7 +39,8 @@ def _record(run_id: int) -> None:
     from backend.runs.models import Run
 
     with session_scope() as s:
-        record_run(s, s.get(Run, run_id))
+        run = s.get_one(Run, run_id)
+        record_run(s, run.id, run.attempt, run.spec)
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import pytest
 from backend.executors.jobscript import JobRequest, render
 from tests.api.conftest import as_role
 from tests.api.test_alerts import running_run
-from worker.tasks import trainer_command
+from worker.supervise import trainer_command
 from worker.trainer.checkpoints import discard_newer, latest_checkpoint
 
 

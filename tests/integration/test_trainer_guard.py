@@ -9,7 +9,7 @@ import json
 import pytest
 
 from plan.guardrails import DIVERGENCE_FROM
-from tests.integration.test_trainer_support import make_plan, metrics, train, write_documents
+from tests.integration.trainer_support import make_plan, metrics, train, write_documents
 from tests.tiny import submit, tiny_plan, wait_for
 from worker.trainer.exits import EXIT_STOPPED
 from worker.trainer.guard import STOPPED_FILE

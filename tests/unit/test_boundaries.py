@@ -2,18 +2,32 @@
 functions alike): plan/ imports nothing of ours and no web, database or torch (torch and transformers only
 lazily, in the FakeTensor trace modules plan/traced.py and plan/traced_liger.py); backend/ never imports worker/
 (the API sends tasks by name; the `ulab` entry point, backend/cli.py, starts everything and may); the trainer
-(worker/trainer/) never imports the backend."""
+(worker/trainer/) never imports the backend nor the rest of worker/; the rest of worker/ reaches the backend only
+through the seam (backend/runs/agent.py) and the settings; and the packages of backend/ import each other without
+a cycle."""
 from __future__ import annotations
 
+import subprocess
+import sys
 import textwrap
 
-from tests.boundaries import ROOT, imports, imports_under, packages_loaded
+from tests.boundaries import (
+    ROOT,
+    imports,
+    imports_under,
+    imports_within,
+    package_cycles,
+    package_graph,
+    packages_loaded,
+)
 
 OURS = {"backend", "worker", "tests", "bench"}
 WEB_AND_DATABASE = {"fastapi", "starlette", "sqlalchemy"}
 TRAINING_STACK = {"torch", "transformers", "deepspeed", "accelerate"}
 LAZY_TRAINING_STACK_ALLOWED_IN = ("plan/traced.py", "plan/traced_liger.py")
 ENTRY_POINT = "backend/cli.py"
+SEAM = "backend.runs.agent"
+WORKER_MAY_IMPORT = {SEAM, "backend.core.settings"}
 
 
 def _listing(found) -> str:
@@ -42,6 +56,54 @@ def test_the_trainer_never_imports_the_backend():
     bad = [i for i in imports_under("worker/trainer") if i.top == "backend"
            or (i.top == "worker" and i.module != "worker.trainer" and not i.module.startswith("worker.trainer."))]
     assert not bad, "worker/trainer/ runs under torchrun without the service:\n" + _listing(bad)
+
+
+def test_the_worker_reaches_the_backend_only_through_the_seam():
+    bad = [i for i in imports_under("worker") if i.top == "backend" and i.module not in WORKER_MAY_IMPORT]
+    assert not bad, f"worker/ imports of the backend go through {SEAM} (or the settings):\n" + _listing(bad)
+
+
+def test_the_backend_packages_have_no_import_cycle():
+    found = imports_under("backend")
+    cycles = package_cycles(package_graph(found))
+    assert not cycles, "import cycles between packages of backend/:\n" + "\n\n".join(
+        " <-> ".join(cycle) + ":\n" + _listing(imports_within(found, cycle)) for cycle in cycles)
+
+
+def test_a_cycle_between_packages_is_found_and_named(tmp_path):
+    sources = {"backend/runs/service.py": "from backend.core import db\nimport backend.metrics.alerts\n",
+               "backend/metrics/alerts.py": "def f():\n    from backend.runs.models import Run\n",
+               "backend/core/db.py": "import sqlalchemy\nfrom . import settings\n",
+               "backend/main.py": "import backend.runs.service\n"}
+    for rel, source in sources.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(source)
+    found = [i for rel in sources for i in imports(tmp_path / rel, root=tmp_path)]
+    graph = package_graph(found)
+    assert graph == {"backend.runs": {"backend.core", "backend.metrics"}, "backend.metrics": {"backend.runs"},
+                     "backend.core": set(), "backend.main": {"backend.runs"}}
+    assert package_cycles(graph) == [["backend.metrics", "backend.runs"]]
+    assert [str(i) for i in imports_within(found, ["backend.metrics", "backend.runs"])] == [
+        "backend/runs/service.py:2: import backend.metrics.alerts",
+        "backend/metrics/alerts.py:2: lazy import backend.runs.models"]
+    assert package_cycles({"a.x": {"a.y"}, "a.y": {"a.z"}, "a.z": set()}) == []
+    assert package_cycles({"a.x": {"a.y"}, "a.y": {"a.z"}, "a.z": {"a.x"}}) == [["a.x", "a.y", "a.z"]]
+
+
+def test_the_worker_task_module_loads_no_web_framework():
+    assert packages_loaded("import worker.tasks", ("fastapi", "starlette")) == []
+
+
+def test_the_slurm_job_builds_no_celery_app_and_writes_nothing(tmp_path):
+    home = tmp_path / "home"
+    code = ("import json, sys, worker.slurm_job\n"
+            "print(json.dumps(sorted(m for m in sys.modules if m.startswith('worker.'))))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                       env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "ULAB_HOME": str(home)})
+    assert r.returncode == 0, r.stderr[-2000:]
+    loaded = r.stdout.strip().splitlines()[-1]
+    assert "worker.celery_app" not in loaded and "worker.tasks" not in loaded, loaded
+    assert not home.exists() and list(tmp_path.iterdir()) == [], list(tmp_path.iterdir())
 
 
 def test_the_api_loads_no_worker_module():

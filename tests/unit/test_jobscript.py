@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from backend.core.settings import Settings
-from backend.executors.base import executor_name
 from backend.executors.jobscript import JobRequest, render
 from backend.executors.slurm import job_request, parse_scontrol
+from backend.runs.executors import executor_name
 from backend.runs.models import Run
 from tests.tiny import tiny_plan
 from worker.slurm_job import expand_nodelist, rendezvous_env

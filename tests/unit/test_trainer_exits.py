@@ -2,7 +2,7 @@
 worker (the log tail), and one set of exit codes."""
 import pytest
 
-from worker.tasks import exit_state
+from worker.supervise import exit_state
 from worker.trainer.exits import EXIT_FAILED, EXIT_OK, EXIT_OOM, EXIT_PREEMPTED, EXIT_STOPPED, says_out_of_memory
 
 

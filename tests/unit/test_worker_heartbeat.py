@@ -4,7 +4,7 @@ loop."""
 import threading
 import time
 
-from worker.tasks import Heartbeat
+from worker.supervise import Heartbeat
 
 
 def test_beats_while_the_caller_is_blocked():
@@ -41,7 +41,7 @@ def test_a_stop_waits_for_the_plans_checkpoint_grace_before_sigkill():
     from types import SimpleNamespace
 
     from tests.tiny import tiny_plan
-    from worker.tasks import stop_wait_s
+    from worker.supervise import stop_wait_s
 
     settings = SimpleNamespace(cancel_grace_s=10.0)
     plan = tiny_plan() | {"run": {"data": {"path": "d.txt"}, "stop_grace_s": 600.0}}

@@ -10,7 +10,7 @@ import psutil
 import pytest
 
 from worker.process import AttemptProcesses, start_group
-from worker.tasks import failure_reason, stopped_on_error
+from worker.supervise import failure_reason, stopped_on_error
 from worker.trainer.attempt import attempt_tag, lock_file, running
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
@@ -88,7 +88,7 @@ def test_the_reason_names_the_signal_and_leaves_out_warnings():
 def test_the_reason_names_a_known_cause_found_anywhere_in_the_attempt(tmp_path):
     """Issue 25: the cause is searched in the whole attempt's part of the log (not in its last lines) and in the
     last words kept outside the run directory; its words come first, on one line."""
-    from worker.tasks import attempt_cause
+    from worker.supervise import attempt_cause
 
     log = tmp_path / "train.log"
     banner = "Setting OMP_NUM_THREADS environment variable for each process to be 1 in default"

@@ -6,7 +6,7 @@ Every rank decides the same: the step's loss is the all-gathered sum (worker/tra
 is DeepSpeed's global one, identical on every rank. A firing rule whose `run.stop_on_*` is on saves a checkpoint and
 ends training after this step, like a SIGTERM (callbacks.STOP); rank 0 writes the alert to RUN_DIR/stopped.json and
 every rank exits EXIT_STOPPED with the reason "stopped: <what> (<message>)" (train.py). The worker records the same
-alert row and ends the run `stopped` (backend/metrics/alerts.trainer_stopped); a rule that is off stops nothing here
+alert row and ends the run `stopped` (backend/runs/alerts.trainer_stopped); a rule that is off stops nothing here
 (the API still raises its alert). One Guard lives for one trainer process, which is one attempt: the rules re-arm on
 every attempt."""
 from __future__ import annotations

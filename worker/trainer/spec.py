@@ -15,7 +15,8 @@ from typing import Any
 
 from plan import Plan, Spec, validate
 from plan.errors import first_line
-from plan.model import TOKENIZER_FILES, StagePlan
+from plan.model import TOKENIZER_FILES, StagePlan, Training
+from plan.training_fields import TrainingFields
 
 # attention kernels that are packages of their own: (module Transformers imports, the package to install)
 ATTENTION_PACKAGES = {"flash_attention_2": ("flash_attn", "flash-attn"),
@@ -27,7 +28,7 @@ class PlanError(ValueError):
 
 
 @dataclass(frozen=True)
-class RunSpec:
+class RunSpec(TrainingFields):
     """A valid plan with a `run` section. Training fields read through to the plan (`spec.zero_stage`)."""
 
     spec: Spec
@@ -69,10 +70,9 @@ class RunSpec:
             raise PlanError(f"training.attn_implementation: {self.attn_implementation} needs the {package[1]} package, "
                             f"which this machine does not have (install it, or use sdpa)")
 
-    def __getattr__(self, name: str) -> Any:  # training fields: zero_stage, tiled_mlp, dtype, ...
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(self.spec.plan.training, name)
+    @property
+    def training_section(self) -> Training:  # its fields: zero_stage, tiled_mlp, dtype, ... (plan/training_fields.py)
+        return self.spec.plan.training
 
     @property
     def plan(self) -> Plan:

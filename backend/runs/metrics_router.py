@@ -1,4 +1,5 @@
-"""HTTP: metric ingest in batches, the bucketed chart query, and the live Server-Sent Events stream."""
+"""HTTP: a run's metric ingest in batches (its alerts raised on the way, backend/runs/alerts.py), the bucketed chart
+query (backend/metrics/), the CSV export, and the live Server-Sent Events stream."""
 import asyncio
 import csv
 import io
@@ -9,13 +10,15 @@ from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import func, select
 from sse_starlette.sse import EventSourceResponse
 
-from backend.api.deps import Ingester, Reader, RowId, SessionDep
+from backend.api.deps import RowId, SessionDep
+from backend.auth.deps import Ingester, Reader
 from backend.auth.roles import Role
 from backend.core.db import get_sessionmaker
+from backend.core.instruments import POINTS_INGESTED, SSE_CLIENTS
 from backend.metrics import chart, service
 from backend.metrics.models import MetricPoint
 from backend.metrics.schemas import Accepted, MetricQueryOut, PointsIn
-from backend.monitoring.instruments import POINTS_INGESTED, SSE_CLIENTS
+from backend.runs import alerts
 from backend.runs.schemas import RunOut
 from backend.runs.service import get_run, require_run, require_writable_run
 from backend.runs.states import TERMINAL, RunState
@@ -31,6 +34,8 @@ def ingest(run_id: RowId, body: PointsIn, session: SessionDep, by: Ingester) -> 
     run = require_writable_run(session, run_id, by)
     if body.first_step is not None and by.role == Role.WORKER and run.attempt_first_step != body.first_step:
         run.attempt_first_step = body.first_step  # committed with the points
+    if body.points:
+        alerts.check(session, run_id, body.points)  # committed with the points
     accepted = service.ingest(session, run_id, body.points, attempt=run.attempt)
     POINTS_INGESTED.inc(accepted)
     return Accepted(accepted=accepted)

@@ -16,10 +16,11 @@ and by the API's supervision loop (`check_stalls`, backend/runs/lifecycle.py):
 
   stalled                   a running run with no step for `run.stall_after_s` seconds.
 
-A rule whose `run.stop_on_*` field is on also stops the run (transitions.request_stop: the trainer saves a checkpoint
-on SIGTERM) and the run ends `stopped` with the reason "stopped: ...". Every rule re-arms on every attempt: alerts
-are one of each kind per attempt, and the divergence reference is the attempt's own (a resume with a smaller learning
-rate from a diverged checkpoint is measured against where it starts, not against the first attempt's step 1).
+Each rule is a `Rule` of RULES (below). A rule whose `run.stop_on_*` field is on also stops the run
+(transitions.request_stop: the trainer saves a checkpoint on SIGTERM) and the run ends `stopped` with the reason
+"stopped: ...". Every rule re-arms on every attempt: alerts are one of each kind per attempt, and the divergence
+reference is the attempt's own (a resume with a smaller learning rate from a diverged checkpoint is measured against
+where it starts, not against the first attempt's step 1).
 
 The divergence rule compares each loss with the attempt's running minimum: a healthy run's loss stays below a few
 times it (cross-entropy starts near ln(vocab) and goes down, and the minimum only falls), while a diverging one grows
@@ -36,6 +37,8 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import select
@@ -82,6 +85,32 @@ def _series(session: Session, run_id: int, points: list[PointIn], name: str, kee
     if not new:
         return [], []
     return _stored_before(session, run_id, name, new[0].step, keep), new
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What a rule looks at: a batch of points of the run's live attempt, with the run and its rules."""
+
+    session: Session
+    run: Run
+    points: list[PointIn]
+    rules: RunSection
+
+
+Finding = tuple[str, int, str]  # (alert kind, step, message in words)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One rule of the table above: the alert kinds it raises (each once per attempt; how each names itself in a
+    stopped run's exit reason is plan/guardrails.WHAT, which the trainer's own stop uses too), what finds it in a
+    batch (None: raised by the supervision loop, `check_stalls`), and whether its alert stops the run."""
+
+    kinds: tuple[str, ...]
+    find: Callable[[Batch], Finding | None] | None
+    stops: Callable[[RunSection], bool]
+    # looked at even when its alert was raised already (the divergence rule keeps the attempt's reference current)
+    always: bool = False
 
 
 def _grad_norm_spike(session: Session, run_id: int, points: list[PointIn], factor: float):
@@ -175,6 +204,36 @@ def _divergence(run: Run, points: list[PointIn], factor: float) -> tuple[int, st
     return fired
 
 
+def _non_finite(b: Batch) -> Finding | None:
+    for p in sorted(b.points, key=lambda p: p.step):
+        if (bad := non_finite(p.name, p.value, p.step)) is not None:
+            return bad[0], p.step, bad[1]
+    return None
+
+
+def _found(kind: str, hit: tuple[int, str] | None) -> Finding | None:
+    return None if hit is None else (kind, *hit)
+
+
+RULES: list[Rule] = [  # in the order their alerts are raised: the first stopping one names the stop
+    Rule(("probe_failed",), stops=lambda r: True,
+         find=lambda b: None if b.rules.probe is None else _found(
+             "probe_failed", _probe_breach(b.session, b.run, b.points, b.rules.probe))),
+    Rule(("loss_nan", "grad_norm_nan"), find=_non_finite,
+         stops=lambda r: r.stop_on_nan, always=True),
+    Rule(("loss_diverged",), stops=lambda r: r.stop_on_divergence, always=True,
+         find=lambda b: _found("loss_diverged", _divergence(b.run, b.points, b.rules.divergence_factor))),
+    Rule(("grad_norm_exploded",), stops=lambda r: r.stop_on_grad_norm,
+         find=lambda b: _found("grad_norm_exploded", _grad_norm_spike(b.session, b.run.id, b.points,
+                                                                      b.rules.grad_norm_factor))),
+    Rule(("throughput_dropped",), stops=lambda r: r.stop_on_throughput,
+         find=lambda b: _found("throughput_dropped", _throughput_drop(b.session, b.run.id, b.points,
+                                                                      b.rules.throughput_floor))),
+    Rule(("stalled",), find=None, stops=lambda r: r.stop_on_stall),  # check_stalls
+]
+STALLED = next(rule for rule in RULES if rule.kinds == ("stalled",))
+
+
 def check(session: Session, run_id: int, points: list[PointIn]) -> list[RunAlert]:
     """Alerts the batch raises (stored in the session, not committed); stops the run where the rule says so. Also
     records what the run ran on (its device) from the trainer's `on_gpu` point, its latest loss, and when a step
@@ -192,25 +251,15 @@ def check(session: Session, run_id: int, points: list[PointIn]) -> list[RunAlert
     device = next((p.value for p in points if p.name == "on_gpu"), None)
     if device is not None and run.device is None:  # the trainer's "on_gpu" (1: CUDA, 0: CPU ranks)
         run.device = "cuda" if device else "cpu"
-    points = this_attempts(run, points)
-    found: list[tuple[str, int, str, bool]] = []
-    for p in sorted(points, key=lambda p: p.step):
-        if (bad := non_finite(p.name, p.value, p.step)) is not None:
-            found.append((bad[0], p.step, bad[1], rules.stop_on_nan))
-            break
-    if (diverged := _divergence(run, points, rules.divergence_factor)) is not None:
-        found.append(("loss_diverged", *diverged, rules.stop_on_divergence))
+    batch = Batch(session, run, this_attempts(run, points), rules)
     have = set(session.scalars(select(RunAlert.kind).where(RunAlert.run_id == run_id,
                                                            RunAlert.attempt == run.attempt)))
-    if rules.probe is not None and "probe_failed" not in have and (
-            breach := _probe_breach(session, run, points, rules.probe)):
-        found.insert(0, ("probe_failed", *breach, True))
-    if "grad_norm_exploded" not in have and (spike := _grad_norm_spike(session, run_id, points,
-                                                                       rules.grad_norm_factor)):
-        found.append(("grad_norm_exploded", *spike, rules.stop_on_grad_norm))
-    if "throughput_dropped" not in have and (drop := _throughput_drop(session, run_id, points,
-                                                                      rules.throughput_floor)):
-        found.append(("throughput_dropped", *drop, rules.stop_on_throughput))
+    found: list[tuple[str, int, str, bool]] = []
+    for rule in RULES:
+        if rule.find is None or (not rule.always and set(rule.kinds) <= have):
+            continue
+        if (finding := rule.find(batch)) is not None:
+            found.append((*finding, rule.stops(rules)))
     return [_raise(session, run, have, *f) for f in found if f[0] not in have]
 
 
@@ -260,5 +309,5 @@ def check_stalls(session: Session, at: datetime | None = None) -> list[RunAlert]
         if quiet_s > rules.stall_after_s:
             message = (f"no step for {quiet_s:.0f} s (run.stall_after_s = {rules.stall_after_s:g}); last step "
                        f"{run.last_step} of attempt {run.attempt}")
-            raised.append(_raise(session, run, set(), "stalled", run.last_step, message, rules.stop_on_stall))
+            raised.append(_raise(session, run, set(), "stalled", run.last_step, message, STALLED.stops(rules)))
     return raised

@@ -1,0 +1,88 @@
+"""The executors, as one table: how an approved run is handed over, who holds it while it runs (and so may write its
+metrics), and what the API must run beside it. Adding an executor is one entry here (and its engine's side under
+backend/executors/).
+
+- celery: a message on the run's GPU queue (backend/executors/celery.py); a worker claims the run and beats its
+  heartbeat, so the API's reaper marks it lost when the beats stop (backend/runs/lifecycle.py).
+- slurm: one sbatch job per attempt; the Slurm poller (backend/runs/slurm_poller.py) follows the job and moves the
+  run, so the reaper leaves it alone (Slurm knows whether the job lives).
+
+A GPU queue's executor is ULAB_EXECUTOR_<QUEUE> (celery when unset)."""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from backend.core.queue import gpu_name, queue_for
+from backend.core.settings import Settings
+from backend.executors import celery
+from backend.runs import slurm_poller
+from backend.runs.models import Run
+from backend.runs.nodes import RunNode
+from backend.runs.states import RunState
+
+
+@dataclass(frozen=True)
+class Executor:
+    name: str
+    submit: Callable[[Run], None]  # hand the queued run (its live attempt) over; safe to call again for it
+    # whether a token of `token_id` holds the run's live attempt (a worker writes the metrics of runs it holds only)
+    holds: Callable[[Session, Run, int | None], bool]
+    reaped: bool  # the API's reaper marks the run lost when its heartbeat stops
+    poller: Callable[[Settings], Coroutine[Any, Any, None]] | None = None  # runs in the API while a queue uses it
+    placement: bool = False  # takes a partition and a time limit (slurm_partition, slurm_time_limit)
+
+
+def _send(run: Run) -> None:
+    """One "execute run N" message per node on the queue of the run's GPU type."""
+    celery.send(run.id, gpu_name(run.spec), run.priority, run.plan.hardware.num_nodes)
+
+
+def _claimed(session: Session, run: Run, token_id: int | None) -> bool:
+    """A worker claimed the run (node 0) or one of its nodes, with this token."""
+    claimers = {run.claimed_token_id, *session.scalars(
+        select(RunNode.claimed_token_id).where(RunNode.run_id == run.id, RunNode.attempt == run.attempt))}
+    return token_id is not None and token_id in claimers
+
+
+def _job_active(session: Session, run: Run, token_id: int | None) -> bool:
+    """A Slurm run has no claim: its job writes while the run is active under a job."""
+    return run.slurm_job_id is not None and run.state != RunState.QUEUED.value and run.started_at is not None
+
+
+EXECUTORS: dict[str, Executor] = {
+    "celery": Executor("celery", submit=_send, holds=_claimed, reaped=True),
+    "slurm": Executor("slurm", submit=slurm_poller.submit, holds=_job_active, reaped=False,
+                      poller=slurm_poller.poll_forever, placement=True),
+}
+DEFAULT = "celery"
+
+
+def executor_name(spec: dict, settings: Settings) -> str:
+    """The executor of the run's GPU queue (ULAB_EXECUTOR_<QUEUE>; celery when unset)."""
+    name = settings.per_queue("executor", queue_for(gpu_name(spec))).strip().lower() or DEFAULT
+    if name not in EXECUTORS:
+        raise ValueError(f"ULAB_EXECUTOR_{queue_for(gpu_name(spec)).upper().replace('-', '_')}={name!r}: "
+                         f"must be one of {', '.join(EXECUTORS)}")
+    return name
+
+
+def executor_for(run: Run) -> Executor:
+    return EXECUTORS.get(run.executor, EXECUTORS[DEFAULT])
+
+
+def configured() -> list[Executor]:
+    """The executors some GPU queue names (ULAB_EXECUTOR_<QUEUE>), the default one always: the API runs their
+    pollers."""
+    names = {DEFAULT} | {v.strip().lower() for k, v in os.environ.items() if k.startswith("ULAB_EXECUTOR_")}
+    return [EXECUTORS[name] for name in EXECUTORS if name in names]
+
+
+def reaped() -> list[str]:
+    """The executors whose runs the heartbeat reaper watches."""
+    return [name for name, ex in EXECUTORS.items() if ex.reaped]

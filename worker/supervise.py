@@ -1,0 +1,175 @@
+"""What the Celery worker (worker/tasks.py) and a Slurm job's node (worker/slurm_job.py) share while an attempt
+runs: the trainer's command, the heartbeat thread, the watch-and-ship loop, the wait between SIGTERM and SIGKILL,
+and the reason a failed attempt gives. It reaches the service only through the seam (backend/runs/agent.py)."""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from backend.core.settings import Settings
+from backend.runs.agent import RunState
+from plan.launch import stop_grace_s
+from worker.process import AttemptProcesses
+from worker.shipper import MetricShipper
+from worker.trainer.exits import EXIT_OOM, EXIT_STOPPED, attempt_lines, describe_exit, known_cause, says_out_of_memory
+
+log = logging.getLogger(__name__)
+TICK_S = 0.5
+LOG_TAIL_LINES = 30
+
+
+def trainer_command(plan_path: Path, run_dir: Path, attempt: int, resume_from: str | None = None,
+                    resume: bool | None = None) -> list[str]:
+    """`ulab train` as an argument list (no shell): it takes the run directory's lock for this attempt, checks
+    the plan and data, then starts torchrun with one process per rank. A resumed start (by default: a later
+    attempt) goes on from the last checkpoint, or from `resume_from` (the run's "resume from here": the newer
+    checkpoints are moved aside)."""
+    cmd = [sys.executable, "-m", "worker.trainer", "--plan", str(plan_path), "--run-dir", str(run_dir),
+           "--attempt", str(attempt)]
+    if attempt > 1 if resume is None else resume:  # from the newest checkpoint, or step 1 if it has none
+        cmd.append("--resume")
+        if resume_from:
+            cmd += ["--resume-from", resume_from]
+    return cmd
+
+
+def exit_state(code: int, cancelled: bool, log_tail: str) -> RunState:
+    if cancelled:
+        return RunState.CANCELLED
+    if code == 0:
+        return RunState.SUCCEEDED
+    if code == EXIT_STOPPED:  # the trainer stopped itself on a stop rule (worker/trainer/guard.py)
+        return RunState.STOPPED
+    return RunState.OOM if code == EXIT_OOM or says_out_of_memory(log_tail) else RunState.FAILED
+
+
+class Heartbeat:
+    """Calls `beat()` every `every_s` seconds in its own thread, so nothing on the watch loop (a slow or absent
+    API while shipping metrics, the grace period of a stop) can delay it past the reaper's limit.
+    `beat()` answers whether the run must stop; `stop_requested` is set the first time it says so."""
+
+    def __init__(self, beat: Callable[[], bool], every_s: float):
+        self.beat, self.every_s = beat, every_s
+        self.stop_requested = threading.Event()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="heartbeat", daemon=True)
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                if self.beat():
+                    self.stop_requested.set()
+            except Exception:  # the database may be briefly away: keep beating, the next round may get through
+                log.exception("heartbeat failed")
+            if self._done.wait(self.every_s):
+                return
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join(timeout=30)
+
+
+def stop_wait_s(spec: dict[str, Any], settings: Settings) -> float:
+    """How long the worker waits between SIGTERM and SIGKILL of an attempt's processes: the plan's stop grace
+    (what the ranks have to save a checkpoint; torchrun gets the same) plus ULAB_CANCEL_GRACE_S for torchrun and
+    `ulab train` to exit after it (the whole timeline: plan/launch.py, above TORCHRUN_EXIT_S)."""
+    try:
+        return stop_grace_s(spec) + settings.cancel_grace_s
+    except ValueError:  # a stored plan this version no longer reads: the trainer refuses it at once anyway
+        return settings.cancel_grace_s
+
+
+def watch(procs: AttemptProcesses, shipper: MetricShipper, beat: Heartbeat, grace_s: float
+          ) -> tuple[int, bool, list[int]]:
+    """Ship metrics until the trainer exits, recording its processes as they appear; stop them all when the
+    heartbeat learns the run must stop. Once `ulab train` has exited (also when it was killed), wait for what
+    it left, kill it after the grace period and verify. Answers (exit code, whether it was stopped, pids that
+    survived SIGKILL)."""
+    stopped, proc = False, procs.proc
+    try:
+        while proc.poll() is None:
+            procs.refresh()
+            shipper.ship()
+            if beat.stop_requested.is_set() and not stopped:
+                stopped = True
+                procs.stop(grace_s)
+            time.sleep(TICK_S)
+        return proc.returncode, stopped, procs.finish(grace_s)
+    except BaseException:
+        procs.stop(grace_s)  # the worker is going down: never orphan the ranks
+        raise
+
+
+def watch_and_ship(procs: AttemptProcesses, shipper: MetricShipper, beat_fn: Callable[[], bool],
+                   settings: Settings, grace_s: float) -> tuple[int, bool, bool, list[int]]:
+    """Beat (in its own thread) from launch until the last metrics are shipped: watch the trainer, then drain
+    what it wrote, since the API may still be away when it exits. Answers (exit code, whether it was stopped,
+    whether everything was shipped, pids that survived SIGKILL)."""
+    with Heartbeat(beat_fn, settings.heartbeat_s) as beat:
+        try:
+            code, stopped, left = watch(procs, shipper, beat, grace_s)
+        finally:
+            shipped = shipper.drain(deadline_s=60.0)
+            shipper.close()
+    return code, stopped, shipped, left
+
+
+@contextmanager
+def stopped_on_error(procs: AttemptProcesses, settings: Settings) -> Iterator[None]:
+    """Between launch and the watch loop: if anything fails (the database briefly away, say), stop the trainer
+    and all it started before the error goes on, or it trains on as an orphan (the worker lives on, so no
+    PDEATHSIG)."""
+    try:
+        yield
+    except BaseException:
+        procs.stop(settings.cancel_grace_s)
+        raise
+
+
+# torchrun's failure summary: "  rank      : 1 (local_rank: 1)" ... "  exitcode  : -9 (pid: 4242)"
+_TORCHRUN_FAILURE = re.compile(r"^\s*rank\s*:\s*(\d+).*\n(?:.*\n){0,3}?\s*exitcode\s*:\s*(-?\d+)", re.MULTILINE)
+# a Python warning ("file.py:12: FutureWarning: ...") and the source line printed under it
+_WARNING = re.compile(r"^.*\b\w*Warning: .*$\n?(?:^(?:\[rank\d+\]: )? {2,}\S.*$\n?)?", re.MULTILINE)
+
+
+def last_words_file(run_id: int, attempt: int, node_rank: int) -> Path:
+    """Where an attempt's processes append their failure lines (LAST_WORDS_ENV): in memory (/dev/shm) where there
+    is one, else the temp directory; outside the run directory either way, so a full run disk cannot swallow them."""
+    shm = Path("/dev/shm")
+    base = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+    return base / f"ulab-run{run_id}-attempt{attempt}-node{node_rank}-{os.getpid()}.last-words"
+
+
+def failure_reason(code: int, log_tail: str, cause: str | None = None) -> str:
+    """Why the trainer ended with `code` (non-zero), one line first: the known cause found in the attempt's log
+    (`exits.known_cause`: no space left on device, out of memory, no tokenizer, a killed torchrun) when there is one,
+    with the signal or exit code and the ranks torchrun reports killed by a signal; then the log tail without
+    Python warnings (unrelated to the failure, and they crowd it out)."""
+    ranks = [f"rank {rank} {describe_exit(int(c))}" for rank, c in _TORCHRUN_FAILURE.findall(log_tail)
+             if int(c) < 0]
+    head = f"the trainer was {describe_exit(code)}" if code < 0 else f"exit code {code}"
+    if ranks:
+        head += f" ({'; '.join(dict.fromkeys(ranks))})"
+    if cause:
+        head = f"{cause} ({head})"
+    if code < 0:  # what it printed before it was killed says nothing about why
+        return head
+    return f"{head}:\n{_WARNING.sub('', log_tail).strip()}"
+
+
+def attempt_cause(log_path: Path, words: Path) -> str | None:
+    """The known cause of the attempt's failure, from its whole section of the log and its last words."""
+    return known_cause(attempt_lines(log_path, words))
