@@ -33,7 +33,13 @@ def depth_dir(out: Path, depth: int) -> Path:
 
 
 def release_memory() -> None:
-    """What one depth left behind is freed and the peaks start over, so the next depth measures only itself."""
+    """What one depth left behind is freed and the peaks start over, so the next depth measures only itself. The
+    Trainer's DeepSpeed config stays registered with Transformers after its engine is gone: under ZeRO-3 the next
+    depth's random model would be built inside zero.Init with the old config (the batch-size check fails), where the
+    trainer builds a first stage's model outside it (train.run_stage)."""
+    from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+
+    unset_hf_deepspeed_config()
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.synchronize()
