@@ -114,8 +114,8 @@ gpu-check:
 # venv holding torch, Triton, accelerate and transformers 5.17 as the GPU machine's /opt/torch/.venv does; the wheel
 # folder prepared for its
 # Python; the check venv installed from that folder with no index (scripts/gpu_wheels.sh install, versions
-# asserted); gpu_check without torch and with --require-cuda (both must fail); then every part in CPU mode, in two
-# commands appending to one CSV (suite; ulysses and sweep), and the CSV. DeepSpeed's ops build into a folder of its
+# asserted); gpu_check without torch and with --require-cuda (both must fail); then every part in CPU mode, in three
+# commands appending to one CSV (suite; ulysses and sweep; probe), and the CSV. DeepSpeed's ops build into a folder of its
 # own: a build another checkout killed in the shared ~/.cache/torch_extensions leaves a lock every later build waits on.
 REHEARSAL := var/rehearsal
 gpu-rehearsal: install
@@ -141,6 +141,8 @@ gpu-rehearsal: install
 	echo "== rows so far:"; wc -l < $(REHEARSAL)/out/cpu-rehearsal-*.csv; \
 	echo "== parts ulysses,sweep (the 2048-token rows are predicted not to fit: they run last)"; \
 	$(REHEARSAL)/check-venv/bin/python bench/gpu_check.py --cpu --parts ulysses,sweep --out $(REHEARSAL)/out --t0 $$t0 --budget-s 3600 --min-row-s 20 --run-timeout-s 480; \
+	echo "== part probe (tiny models at 1, 2, 4 layers, one launch each; the 8-layer one on to its full depth)"; \
+	$(REHEARSAL)/check-venv/bin/python bench/gpu_check.py --cpu --parts probe --out $(REHEARSAL)/out --t0 $$t0 --budget-s 3600 --min-row-s 20 --run-timeout-s 480; \
 	echo "== the CSV"; cut -d, -f1-10 $(REHEARSAL)/out/cpu-rehearsal-*.csv; \
 	echo "gpu-rehearsal: passed in $$(( $$(date +%s) - t0 )) s after the machine venv"
 

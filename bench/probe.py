@@ -2,8 +2,10 @@
 
 For each layout (sp 1/2 x ZeRO 2/3) and model depth (8 and 16 layers) of a small Llama-shaped model: `ulab probe`
 at 1, 2 and 4 layers plus --full (the real run of the same plan at full depth), then the relative error of the
-extrapolated per-rank peak allocated memory (CPU: the trainer's live-tensor count) and step time against it.
-Every row is real `ulab train` runs under torchrun (gloo); prints figures, asserts nothing.
+extrapolated per-rank peak allocated memory (CPU: the trainer's live-tensor count), step time and, where the
+trainer records them, its forward / backward / optimizer parts against it, and the seconds of the probe's one
+torchrun launch (all depths; worker/trainer/probe_ranks.py). Every row is real training under torchrun (gloo);
+prints figures, asserts nothing.
 
 Usage: .venv/bin/python bench/probe.py [--depths 8,16] [--sp 1,2] [--zero 2,3] [--steps 3] [--seq-len 256]
 """
@@ -17,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from plan.probe import PARTS  # noqa: E402
 from tests.tiny import tiny_plan  # noqa: E402
 from worker.probe import probe  # noqa: E402
 
@@ -40,7 +43,7 @@ def main() -> None:
     p.add_argument("--seq-len", type=int, default=256)
     a = p.parse_args()
     print(f"{'layers':>6} {'sp':>3} {'zero':>4} | {'memory error per rank (extrapolated vs full run)':>48} | "
-          f"{'step time error':>15} | {'seconds':>7}")
+          f"{'step time error':>15} | {'fwd/bwd/opt error':>22} | {'launch s':>8} | {'seconds':>7}")
     worst = 0.0
     for layers in ints(a.depths):
         for sp in ints(a.sp):
@@ -54,8 +57,11 @@ def main() -> None:
                 worst = max([worst, *(abs(e) for e in mem if e is not None)])
                 mem_text = ", ".join(f"{e:+.1%}" for e in mem if e is not None) or "-"
                 step_text = f"{step:+.1%}" if step is not None else "-"
-                print(f"{layers:>6} {sp:>3} {zero:>4} | {mem_text:>48} | {step_text:>15} | "
-                      f"{time.perf_counter() - t0:7.0f}", flush=True)
+                parts = [check.get(p, {}).get("error") for p in PARTS]
+                parts_text = "/".join(f"{e:+.0%}" if e is not None else "-" for e in parts) \
+                    if any(e is not None for e in parts) else "not measured"
+                print(f"{layers:>6} {sp:>3} {zero:>4} | {mem_text:>48} | {step_text:>15} | {parts_text:>22} | "
+                      f"{r.get('wall_s') or 0:8.0f} | {time.perf_counter() - t0:7.0f}", flush=True)
     print(f"worst memory error: {worst:.1%}")
 
 

@@ -23,6 +23,10 @@ DEPTHS = (1, 2, 4)
 STEPS = 4  # per depth; the first step (start-up, allocator warm-up) is dropped
 MEMORY = ("peak_allocated_gib", "reserved_gib", "device_total_gib")  # per rank
 QUANTITIES = (*MEMORY, "step_time_s")
+# the step's parts, where the trainer times them (its metrics records: seconds, the slowest rank); the probe reads
+# them when present and says "not measured" otherwise
+PARTS = ("forward_s", "backward_s", "optimizer_s")
+NOT_MEASURED = "not measured"
 # A depth-independent term above this share of the smallest probe's figure leaves the slope poorly determined.
 INTERCEPT_DOMINATES = 0.75
 # Points further off the fitted line than this (relative) mean the quantity is not linear in depth.
@@ -122,7 +126,8 @@ def summarize(data: Any, measured: list[dict], device: str) -> dict:
 
     `measured`: one entry per depth, {"depth", "status": "ok" | "oom" | "failed", "reason", "ranks": [{"rank",
     "peak_allocated_gib", "reserved_gib", "device_total_gib"}], "step_time_s", "tokens_per_s", "loss_finite",
-    "steps"}. `device`: "cuda" or "cpu" (CPU ranks measure the trainer's live tensors; no allocator, no
+    "steps", "breakdown_s": {"forward_s", "backward_s", "optimizer_s"} or None where the trainer does not time the
+    parts}. `device`: "cuda" or "cpu" (CPU ranks measure the trainer's live tensors; no allocator, no
     nvidia-smi)."""
     v = validate(data)
     assert v.spec is not None, "summarize a plan that validates"
@@ -162,25 +167,13 @@ def summarize(data: Any, measured: list[dict], device: str) -> dict:
         extrapolated[f"{q}_per_rank"] = [_round(x) for x in per_rank] if values else None
         source[q] = "measured" if direct is not None and values else ("extrapolated" if values else (
             FALLS if falls else "not measured"))
-    xs = [float(m["depth"]) for m in reduced if m.get("step_time_s")]
-    ys = [float(m["step_time_s"]) for m in reduced if m.get("step_time_s")]
-    step_line = fit_line(xs, ys) if len(set(xs)) >= 2 else None
-    if step_line is not None:
-        fits["step_time_s"] = {k: _round(x, 6) for k, x in step_line.items()}
-    step_time: float | None = None
-    source["step_time_s"] = "not measured"
-    if direct is not None and direct.get("step_time_s"):
-        step_time = float(direct["step_time_s"])
-        source["step_time_s"] = "measured"
-        if step_line is not None:
-            check["step_time_s"] = {"extrapolated": _round(at(step_line, depth), 6), "measured": _round(step_time, 6),
-                                    "error": _round(at(step_line, depth) / step_time - 1)}
-    elif step_line is not None and step_line["slope"] >= 0:
-        step_time = at(step_line, depth)
-        source["step_time_s"] = "extrapolated"
-    elif step_line is not None:
-        source["step_time_s"] = FALLS
+    step_time, source["step_time_s"] = _scalar(reduced, direct, depth, "step_time_s", fits, check)
     extrapolated["step_time_s"] = _round(step_time, 6)
+    parts: dict[str, float | None] = {}
+    for part in PARTS:  # each part its own line: the optimizer step grows with parameters, forward with tokens too
+        value, source[part] = _scalar(reduced, direct, depth, part, fits, check, in_breakdown=True)
+        parts[part] = _round(value, 6)
+    extrapolated["breakdown_s"] = parts if any(x is not None for x in parts.values()) else None
     extrapolated["tokens_per_s"] = _round(tokens_per_step(spec) / step_time, 1) if step_time else None
     source["tokens_per_s"] = source["step_time_s"]
     warnings += _warnings(spec, reduced, fits, device)
@@ -202,6 +195,30 @@ def summarize(data: Any, measured: list[dict], device: str) -> dict:
             "measured": measured, "extrapolated": extrapolated, "fits": fits, "source": source, "check": check,
             "predicted": predicted, "verdict": verdict(extrapolated, failed, capacity, device),
             "warnings": warnings}
+
+
+def _scalar(reduced: list[dict], direct: dict | None, depth: int, name: str, fits: dict, check: dict,
+            in_breakdown: bool = False) -> tuple[float | None, str]:
+    """A per-step figure (the slowest rank's; `in_breakdown`: a part of the step's "breakdown_s") at the model's
+    depth: measured there, else extrapolated from the reduced depths' line; (value, its source). Fills `fits` and,
+    with the full depth measured too, `check`."""
+
+    def get(m: dict) -> Any:
+        return (m.get("breakdown_s") or {}).get(name) if in_breakdown else m.get(name)
+
+    points = [(float(m["depth"]), float(get(m))) for m in reduced if get(m)]
+    line = fit_line([x for x, _ in points], [y for _, y in points]) if len({x for x, _ in points}) >= 2 else None
+    if line is not None:
+        fits[name] = {k: _round(x, 6) for k, x in line.items()}
+    full = get(direct) if direct is not None else None
+    if full:
+        if line is not None:
+            check[name] = {"extrapolated": _round(at(line, depth), 6), "measured": _round(float(full), 6),
+                           "error": _round(at(line, depth) / float(full) - 1)}
+        return float(full), "measured"
+    if line is not None and line["slope"] >= 0:
+        return at(line, depth), "extrapolated"
+    return None, (FALLS if line is not None else NOT_MEASURED)
 
 
 def verdict(extrapolated: dict, failed: list[dict], capacity: float, device: str) -> dict:
@@ -264,11 +281,16 @@ def text_table(result: dict) -> str:
     lines = [f"probe of a {result['plan_depth']}-layer model on {result['world']} rank(s) ({result['device']}); "
              f"plan GPU {result['gpu']} ({result['gpu_capacity_gib']:g} GiB)"]
     head = f"{'depth':>7} {'status':>7} {'alloc GiB (max rank)':>21} {'reserved':>9} {'nvsmi':>7} " \
-           f"{'step s':>9} {'tokens/s':>10} {'loss ok':>7}"
+           f"{'step s':>9} {'fwd/bwd/opt s':>20} {'tokens/s':>10} {'loss ok':>7}"
     lines.append(head)
 
     def cell(x, fmt):
         return "-" if x is None else format(x, fmt)
+
+    def parts(b):  # forward/backward/optimizer seconds, or why not
+        if not b or all(b.get(k) is None for k in PARTS):
+            return NOT_MEASURED
+        return "/".join(cell(b.get(k), ".3f") for k in PARTS)
 
     for m in result["measured"]:
         ranks = m.get("ranks") or []
@@ -279,15 +301,17 @@ def text_table(result: dict) -> str:
 
         lines.append(f"{m['depth']:>7} {m['status']:>7} {cell(top('peak_allocated_gib'), '.4f'):>21} "
                      f"{cell(top('reserved_gib'), '.3f'):>9} {cell(top('device_total_gib'), '.2f'):>7} "
-                     f"{cell(m.get('step_time_s'), '.4f'):>9} {cell(m.get('tokens_per_s'), '.1f'):>10} "
+                     f"{cell(m.get('step_time_s'), '.4f'):>9} {parts(m.get('breakdown_s')):>20} "
+                     f"{cell(m.get('tokens_per_s'), '.1f'):>10} "
                      f"{cell(m.get('loss_finite'), ''):>7}")
     e, p = result["extrapolated"], result["predicted"]
     lines.append(f"{result['plan_depth']:>7} {'extrap':>7} {cell(e.get('peak_allocated_gib'), '.4f'):>21} "
                  f"{cell(e.get('reserved_gib'), '.3f'):>9} {cell(e.get('device_total_gib'), '.2f'):>7} "
-                 f"{cell(e.get('step_time_s'), '.4f'):>9} {cell(e.get('tokens_per_s'), '.1f'):>10}")
+                 f"{cell(e.get('step_time_s'), '.4f'):>9} {parts(e.get('breakdown_s')):>20} "
+                 f"{cell(e.get('tokens_per_s'), '.1f'):>10}")
     lines.append(f"{result['plan_depth']:>7} {'planner':>7} {cell(p.get('peak_allocated_gib'), '.4f'):>21} "
                  f"{cell(p.get('reserved_gib'), '.3f'):>9} {cell(p.get('device_total_gib'), '.2f'):>7} "
-                 f"{cell(p.get('step_time_s'), '.4f'):>9} {cell(p.get('tokens_per_s'), '.1f'):>10}")
+                 f"{cell(p.get('step_time_s'), '.4f'):>9} {'':>20} {cell(p.get('tokens_per_s'), '.1f'):>10}")
     lines.append(result["verdict"]["text"])
     lines.append("source: " + ", ".join(f"{k} {v}" for k, v in result["source"].items()))
     lines += [f"warning: {w}" for w in result["warnings"]]

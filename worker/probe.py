@@ -1,23 +1,30 @@
 """`ulab probe`: train the plan at reduced depths on this machine and extrapolate to the model's depth.
 
-Each depth is a real `ulab train` of the probe plan (plan/probe.py: random weights, the plan's layout, a few
-steps) in OUT/depth-N, under torchrun as any run. Its metrics file gives, per rank, the peak allocated and reserved
-memory (CPU ranks: the trainer's live-tensor count) and the nvidia-smi total, and per step the step time,
-tokens/s and loss; the first step is dropped. An out-of-memory exit is a result ("does not fit even at 2
-layers"): the deeper probes are then skipped. OUT/probe.json holds the result (plan.probe.summarize).
+Each depth is a probe plan (plan/probe.py: random weights, the plan's layout, a few steps) in OUT/depth-N, checked
+and its data packed as `ulab train` does. All depths then train in ONE launch under torchrun (as any run), the ranks
+building and training each depth's model in turn (worker/trainer/probe_ranks.py): the process start, the process
+group and the imports are paid once, not per depth. Each depth's metrics file gives, per rank, the peak allocated
+and reserved memory (CPU ranks: the trainer's live-tensor count) and the nvidia-smi total, and per step the step
+time (with its forward, backward and optimizer parts where the trainer records them), tokens/s and loss; the first
+step is dropped. An out-of-memory depth is a result ("does not fit even at 2 layers"): the deeper ones are then
+skipped. A depth that fails otherwise ends the launch; the depths after it get a launch of their own. OUT/probe.json
+holds the result (plan.probe.summarize); OUT/launch.log the ranks' output.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
-import shutil
+import os
 import statistics
-import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
-from plan.probe import DEPTHS, STEPS, ProbeError, full_depth, probe_plan, summarize, text_table
-from worker.trainer.exits import EXIT_OOM, says_out_of_memory
+from plan.probe import DEPTHS, PARTS, STEPS, ProbeError, full_depth, probe_plan, summarize, text_table
+from worker.trainer.exits import describe_exit, says_out_of_memory
+from worker.trainer.probe_ranks import DONE, depth_dir
 
 RESULT = "probe.json"
 REQUEST = "probe_request.json"  # beside a Slurm job's plan.json: the job runs a probe (worker/slurm_job.py)
@@ -59,29 +66,137 @@ def read_depth(run_dir: Path, world: int) -> dict:
             "step_time_s": statistics.median(step_times) if step_times else None,
             "tokens_per_s": statistics.median(tps) if tps else None,
             "loss_finite": bool(losses) and all(x is not None and math.isfinite(x) for x in losses),
-            "breakdown_s": None}  # the trainer does not time forward, backward and optimizer step apart
+            "breakdown_s": breakdown(kept)}
 
 
-def run_depth(plan: dict, run_dir: Path, timeout_s: float | None) -> tuple[int, str]:
-    """`ulab train` of one probe plan: (exit code, its last stderr line)."""
+def breakdown(records: list[dict]) -> dict | None:
+    """The median forward, backward and optimizer-step seconds (the slowest rank's, as the trainer records them);
+    None where the trainer's records carry none of them (an older trainer: "not measured")."""
+    parts: dict[str, float | None] = {}
+    for part in PARTS:
+        vals = [float(rec[part]) for rec in records if isinstance(rec.get(part), (int, float))]
+        parts[part] = statistics.median(vals) if vals else None
+    return parts if any(x is not None for x in parts.values()) else None
+
+
+def prepare_depth(plan: dict, run_dir: Path) -> Path:
+    """OUT/depth-N/plan.json, checked against this machine and its data packed (as `ulab train` does before its ranks
+    start); what an earlier probe left there is removed. Raises PlanError / DataError with one line."""
+    from worker.trainer.cli import validate as check
+
     run_dir.mkdir(parents=True, exist_ok=True)
+    for name in (DONE, "error.txt", "error.json", "metrics.jsonl"):
+        (run_dir / name).unlink(missing_ok=True)
     plan_path = run_dir / "plan.json"
     plan_path.write_text(json.dumps(plan, indent=1))
-    cmd = [sys.executable, "-m", "worker.trainer", "--plan", str(plan_path), "--run-dir", str(run_dir)]
-    with open(run_dir / "train.log", "w") as log:
+    check(plan_path, run_dir)
+    return plan_path
+
+
+@contextlib.contextmanager
+def _output_to(path: Path) -> Iterator[None]:
+    """This process's stdout and stderr (so the launch's, which inherits them) into `path`: `ulab probe` prints its
+    result on stdout, and the ranks' lines belong in the log."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with open(path, "a") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
         try:
-            code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s).returncode
-        except subprocess.TimeoutExpired:
-            return 124, f"no result within {timeout_s:.0f} s"
-    lines = [s for s in (run_dir / "train.log").read_text(errors="replace").splitlines() if s.strip()]
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+
+
+def launch(out: Path, depths: list[int]) -> int:
+    """One launch (torchrun, or this Python alone for a one-rank plan) that trains `depths` in turn
+    (worker/trainer/probe_ranks.py); the launch's exit code. It holds OUT's run lock, as `ulab train` holds its
+    run directory's, and a stop is forwarded to it once."""
+    from plan.launch import nodes_and_ranks_per_node, stop_grace_s, torchrun_command
+    from worker.trainer.cli import _run_torchrun, hold_run_dir, set_alloc_conf
+    from worker.trainer.spec import RunSpec, load_plan
+
+    first = depth_dir(out, depths[0]) / "plan.json"
+    spec = RunSpec.from_plan(load_plan(first))
+    set_alloc_conf(spec)
+    lock = hold_run_dir(first, out, None)
+    tail = ["worker.trainer.probe_ranks", "--out", str(out), "--depths", ",".join(map(str, depths))]
+    if spec.world_size == 1:
+        cmd = [sys.executable, "-m", *tail]
+    else:
+        nnodes, per_node = nodes_and_ranks_per_node(spec.spec)
+        endpoint = os.environ.get("ULAB_RDZV_ENDPOINT")
+        if nnodes > 1 and not endpoint:
+            raise ProbeError(f"hardware.num_nodes: {nnodes} nodes: set ULAB_RDZV_ENDPOINT=host:port (and "
+                             "ULAB_NODE_RANK) on every node")
+        cmd = torchrun_command(first, out, nproc_per_node=per_node, nnodes=nnodes,
+                               node_rank=int(os.environ.get("ULAB_NODE_RANK", "0")), rdzv_endpoint=endpoint,
+                               rdzv_id=os.environ.get("ULAB_RDZV_ID"), shutdown_timeout=stop_grace_s(spec.spec))
+        cmd = cmd[:cmd.index("worker.trainer")] + tail  # the ranks run the depth loop instead of `ulab train`
+    try:
+        with _output_to(out / "launch.log"):
+            return _run_torchrun(cmd, spec, lock)
+    finally:
+        lock.release()
+
+
+def depth_outcome(run_dir: Path) -> tuple[str, str | None] | None:
+    """("ok", None), ("oom" | "failed", reason) from what the ranks left in OUT/depth-N; None if not reached."""
+    if (run_dir / DONE).exists():
+        return "ok", None
     err = run_dir / "error.txt"
-    reason = err.read_text().strip().splitlines()[-1] if err.exists() and err.read_text().strip() else (
-        lines[-1] if lines and code else "")
-    return code, reason
+    text = err.read_text(errors="replace").strip() if err.exists() else ""
+    if not text:
+        return None
+    reason = text.splitlines()[-1]
+    oom = (run_dir / "error.json").exists() or any(says_out_of_memory(line) for line in text.splitlines())
+    return ("oom" if oom else "failed"), reason
 
 
-def probe(data: dict, out: Path, depths: tuple[int, ...] = DEPTHS, steps: int = STEPS, full: bool = False,
-          timeout_s: float | None = None) -> dict:
+def _log_tail(out: Path) -> str:
+    try:
+        lines = [s for s in (out / "launch.log").read_text(errors="replace").splitlines() if s.strip()]
+    except OSError:
+        return ""
+    return lines[-1] if lines else ""
+
+
+def run_depths(out: Path, depths: list[int]) -> dict[int, tuple[str, str | None]]:
+    """Every depth in as few launches as possible: one, unless a depth fails other than by running out of memory
+    (then the depths after it get a launch of their own). An out-of-memory depth ends the probe: the deeper ones
+    are "skipped". Each launch either trains a depth or marks the first it could not train failed, so this ends."""
+    outcome: dict[int, tuple[str, str | None]] = {}
+    left = list(depths)
+    launches = 0
+    while left:
+        code = launch(out, left)
+        launches += 1
+        reached = False
+        for d in list(left):
+            got = depth_outcome(depth_dir(out, d))
+            if got is None:
+                break
+            outcome[d], reached = got, True
+            left.remove(d)
+            if got[0] != "ok":
+                break
+        if left and not reached:  # the launch ended before any depth said anything: the first is failed
+            outcome[left.pop(0)] = ("failed", _log_tail(out) or f"launch {describe_exit(code)}")
+        if any(status == "oom" for status, _ in outcome.values()):
+            for d in left:
+                outcome[d] = ("skipped", "a smaller depth ran out of memory")
+            left = []
+    print(f"probe: {len(depths)} depth(s) in {launches} launch(es)", file=sys.stderr, flush=True)
+    return outcome
+
+
+def probe(data: dict, out: Path, depths: tuple[int, ...] = DEPTHS, steps: int = STEPS, full: bool = False) -> dict:
     """Run the probe of plan `data` into `out`; returns (and writes to out/probe.json) the result."""
     import torch
 
@@ -98,25 +213,20 @@ def probe(data: dict, out: Path, depths: tuple[int, ...] = DEPTHS, steps: int = 
         raise ProbeError(f"--depths: none of {list(depths)} is between 1 and the model's {full_depth(spec)} layers")
     out.mkdir(parents=True, exist_ok=True)
     corpus = write_data(out / "data.txt", spec.plan.training.seq_len)
+    for d in wanted:
+        prepare_depth(probe_plan(data, d, steps, str(corpus), cuda), depth_dir(out, d))
+    t0 = time.perf_counter()
+    outcome = run_depths(out, wanted)
     measured: list[dict] = []
     for d in wanted:
-        if any(m["status"] == "oom" for m in measured):
-            measured.append({"depth": d, "status": "skipped", "reason": "a smaller depth ran out of memory"})
+        status, reason = outcome[d]
+        if status == "skipped":
+            measured.append({"depth": d, "status": status, "reason": reason})
             continue
-        run_dir = out / f"depth-{d}"
-        plan = probe_plan(data, d, steps, str(corpus), cuda)
-        code, reason = run_depth(plan, run_dir, timeout_s)
-        entry = {"depth": d, **read_depth(run_dir, spec.world)}
-        shutil.rmtree(run_dir / "stages", ignore_errors=True)  # the trainer saved its random-weight model: no use
-        if code == 0:
-            entry["status"], entry["reason"] = "ok", None
-        else:
-            entry["status"] = "oom" if code == EXIT_OOM or says_out_of_memory(reason) else "failed"
-            entry["reason"] = reason or f"exit code {code}"
-        measured.append(entry)
-        print(f"probe: depth {d}: {entry['status']}" + (f" ({entry['reason']})" if entry["reason"] else ""),
-              file=sys.stderr, flush=True)
+        measured.append({"depth": d, **read_depth(depth_dir(out, d), spec.world), "status": status, "reason": reason})
+        print(f"probe: depth {d}: {status}" + (f" ({reason})" if reason else ""), file=sys.stderr, flush=True)
     result = summarize(data, measured, "cuda" if cuda else "cpu")
+    result["wall_s"] = round(time.perf_counter() - t0, 1)  # the depths' launch(es), their data prepared before
     (out / RESULT).write_text(json.dumps(result, indent=1))
     return result
 
@@ -130,12 +240,14 @@ def probe_command(plan_path: Path, out: Path, request: dict | None) -> list[str]
 
 
 def run_probe_cli(plan_path: Path, out: Path, depths: tuple[int, ...], steps: int, full: bool, text: bool) -> int:
+    from worker.trainer.attempt import LockBusy
+    from worker.trainer.data import DataError
     from worker.trainer.spec import PlanError, load_plan
 
     try:
         data = load_plan(plan_path)
         result = probe(data, out, depths, steps, full)
-    except (PlanError, ProbeError) as e:
+    except (PlanError, ProbeError, DataError, LockBusy) as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         return 2
     print(text_table(result) if text else json.dumps(result, indent=1), flush=True)

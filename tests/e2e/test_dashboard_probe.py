@@ -1,5 +1,5 @@
 """"Measure this plan" in Chromium: the planner page queues a probe run (kind "probe") through the real Celery worker,
-which trains the plan at 1 and 2 of its 3 layers on a CPU rank (sp=1: one process per depth, the cheapest) and
+which trains the plan at 1 and 2 of its 3 layers on a CPU rank (sp=1; both depths in one process) and
 extrapolates; the page shows measured beside
 predicted with the verdict line, the result is stored with the plan and filed in the calibration store under "cpu"."""
 import json

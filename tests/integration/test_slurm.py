@@ -233,3 +233,34 @@ def test_requeue_resumes_from_the_checkpoint_with_no_step_lost_or_repeated(slurm
     # checkpoints only on SIGTERM (checkpoint_every 1000): attempt 2 went on from the step attempt 1 saved
     assert [x["step"] for x in lines] == list(range(1, steps + 1)), "a step was lost or trained twice"
     print(f"attempt 1 stopped at step {done['attempts'][0]['last_step']}")
+
+
+# the fields a stored probe carries, whichever executor ran it (the Celery path: tests/e2e/test_dashboard_probe.py)
+PROBE_FIELDS = {"plan_depth", "depths", "device", "world", "gpu", "gpu_capacity_gib", "tokens_per_step", "measured",
+                "extrapolated", "fits", "source", "check", "predicted", "verdict", "warnings", "wall_s", "run_id"}
+
+
+def test_a_probe_through_slurm_stores_the_same_fields_as_through_celery(slurm_stack, cluster, api):
+    """POST /api/plans/{id}/probe on the Slurm executor: the job runs worker.probe (every depth in one torchrun of
+    2 CPU ranks), and the result is stored with the plan and in the calibration store."""
+    plan = tiny_plan(sp_size=2, seq_len=256)
+    plan["model"]["config"]["num_hidden_layers"] = 3
+    plan_id = api.post("/api/plans", json={"name": "slurm-probe", **plan}).json()["id"]
+    r = api.post(f"/api/plans/{plan_id}/probe", json={"depths": [1, 2], "steps": 3})
+    assert r.status_code in (200, 201, 202), r.text
+    run = r.json()
+    assert run["kind"] == "probe" and run["executor"] == "slurm", run
+    done = wait_for(api, run["id"], {"succeeded"}, timeout_s=420)
+    assert done["slurm_job_id"] and job_state(cluster, done["slurm_job_id"]) in ("COMPLETED", "?")
+    stored = api.get(f"/api/plans/{plan_id}").json()["probe"]
+    assert set(stored) == PROBE_FIELDS, set(stored) ^ PROBE_FIELDS
+    assert stored["run_id"] == run["id"] and stored["plan_depth"] == 3 and stored["depths"] == [1, 2]
+    assert stored["device"] == "cpu" and stored["world"] == 2
+    assert [m["status"] for m in stored["measured"]] == ["ok", "ok"]
+    assert all(len(m["ranks"]) == 2 and m["loss_finite"] for m in stored["measured"])
+    assert stored["extrapolated"]["peak_allocated_gib"] > 0 and stored["predicted"]["peak_allocated_gib"] > 0
+    assert stored["source"]["peak_allocated_gib"] == "extrapolated"
+    assert stored["verdict"]["text"].startswith("measured: fits with")
+    points = [p for p in api.get("/api/calibration").json()["points"] if p["run_id"] == run["id"]]
+    assert [(p["source"], p["gpu"]) for p in points] == [("probe", "cpu")]
+    print("slurm probe:", stored["verdict"]["text"], "in", stored["wall_s"], "s")

@@ -45,7 +45,8 @@ def test_extrapolates_each_rank_and_step_time_to_the_model_depth():
     assert r["extrapolated"]["tokens_per_s"] == pytest.approx(256 / 0.5)  # seq_len x mbs x gas x dp tokens per step
     assert r["source"] == {"peak_allocated_gib": "extrapolated", "reserved_gib": "not measured",
                            "device_total_gib": "not measured", "step_time_s": "extrapolated",
-                           "tokens_per_s": "extrapolated"}
+                           "forward_s": "not measured", "backward_s": "not measured",
+                           "optimizer_s": "not measured", "tokens_per_s": "extrapolated"}
     assert r["extrapolated"]["reserved_gib"] is None
     assert r["predicted"]["peak_allocated_gib"] > 0 and r["predicted"]["tokens_per_s"] > 0
     assert r["verdict"]["fits"] is True and r["verdict"]["text"].startswith("measured: fits with 77 GiB to spare")
@@ -131,3 +132,27 @@ def test_an_invalid_plan_names_its_field():
     p["training"]["zero_stage"] = 7
     with pytest.raises(ProbeError, match=r"^training\.zero_stage: "):
         probe_plan(p, 1, 3, "x.txt", cuda=False)
+
+
+def test_the_step_breakdown_is_extrapolated_per_part_and_shown_in_text():
+    measured = [_depth(d, [1.0 + 0.25 * d, 1.1 + 0.25 * d], 0.1 + 0.06 * d) for d in (1, 2, 4)]
+    for m in measured:
+        d = m["depth"]
+        m["breakdown_s"] = {"forward_s": 0.01 + 0.01 * d, "backward_s": 0.02 + 0.02 * d, "optimizer_s": 0.005 * d}
+    r = summarize(_plan(8), measured, "cpu")
+    parts = r["extrapolated"]["breakdown_s"]
+    assert parts == {"forward_s": pytest.approx(0.09), "backward_s": pytest.approx(0.18),
+                     "optimizer_s": pytest.approx(0.04)}
+    assert r["source"]["forward_s"] == r["source"]["optimizer_s"] == "extrapolated"
+    assert "0.090/0.180/0.040" in text_table(r) and "fwd/bwd/opt s" in text_table(r)
+
+
+def test_without_the_breakdown_in_the_records_it_is_not_measured():
+    measured = [_depth(d, [1.0 + 0.25 * d, 1.1 + 0.25 * d], 0.1 + 0.05 * d) for d in (1, 2, 4)]
+    for m in measured:
+        m["breakdown_s"] = None  # what worker/probe.py reads from a trainer that does not time the parts
+    r = summarize(_plan(8), measured, "cpu")
+    assert r["extrapolated"]["breakdown_s"] is None
+    assert [r["source"][p] for p in ("forward_s", "backward_s", "optimizer_s")] == ["not measured"] * 3
+    assert r["extrapolated"]["step_time_s"] == pytest.approx(0.5)
+    assert text_table(r).count("not measured") >= 4  # three depths and the extrapolated line

@@ -1,0 +1,40 @@
+"""How the probe's launcher reads one launch's depths (worker/probe.py): what each depth's directory says (done, a
+failure, out of memory, not reached), and the per-step breakdown read from the trainer's metrics records when they
+carry it. The launch itself runs in tests/integration/test_probe.py."""
+from __future__ import annotations
+
+import json
+
+from worker.probe import breakdown, depth_outcome, read_depth
+from worker.trainer.probe_ranks import DONE
+
+
+def test_a_depth_says_done_failed_oom_or_nothing(tmp_path):
+    assert depth_outcome(tmp_path) is None  # not reached: the launch ended before it
+    (tmp_path / "error.txt").write_text("rank 1: RuntimeError: boom\n")
+    assert depth_outcome(tmp_path) == ("failed", "rank 1: RuntimeError: boom")
+    (tmp_path / "error.txt").write_text("out of memory on rank 0: tried to allocate 2.00 GiB (OutOfMemoryError)\n")
+    assert depth_outcome(tmp_path)[0] == "oom"
+    (tmp_path / DONE).write_text("ok\n")
+    assert depth_outcome(tmp_path) == ("ok", None)
+
+
+def _record(step: int, **extra) -> dict:
+    return {"step": step, "loss": 5.0, "step_time_s": 0.1 * step, "tokens_per_s": 100.0,
+            "peak_allocated_gib": [0.5, 0.6], "peak_reserved_gib": [None, None], "gpu_mem_used_gib": [None, None],
+            **extra}
+
+
+def test_the_breakdown_is_read_when_the_records_carry_it(tmp_path):
+    rows = [_record(s, forward_s=0.01 * s, backward_s=0.02 * s, optimizer_s=0.003) for s in (1, 2, 3, 4)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = read_depth(tmp_path, 2)
+    # the first step dropped: the medians of steps 2-4
+    assert got["breakdown_s"] == {"forward_s": 0.03, "backward_s": 0.06, "optimizer_s": 0.003}
+    assert [r["peak_allocated_gib"] for r in got["ranks"]] == [0.5, 0.6] and got["steps_kept"] == 3
+
+
+def test_records_without_the_parts_give_no_breakdown(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(_record(s)) + "\n" for s in (1, 2, 3)))
+    assert read_depth(tmp_path, 2)["breakdown_s"] is None
+    assert breakdown([{"forward_s": 0.2}]) == {"forward_s": 0.2, "backward_s": None, "optimizer_s": None}
