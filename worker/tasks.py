@@ -83,7 +83,8 @@ def launch(run: Claim, settings: Settings, node_rank: int, rdzv_endpoint: str | 
     if rdzv_endpoint:
         env.update(ULAB_RDZV_ENDPOINT=rdzv_endpoint, ULAB_NODE_RANK=str(node_rank),
                    ULAB_RDZV_ID=f"ulab-run{run.id}-attempt{run.attempt}")
-    if run.kind == "probe":  # the plan at reduced depth (worker/probe.py), each depth a `ulab train` of its own
+    # a probe: the plan at reduced depth (worker/probe.py), every depth in one torchrun launch (probe_ranks.py)
+    if run.kind == "probe":
         from worker.probe import probe_command
 
         cmd = probe_command(plan_path, run_dir, run.probe_request or {})
