@@ -1,5 +1,5 @@
 import { useQuery } from "@tanstack/react-query";
-import { client, unwrap } from "../lib/api";
+import { client, unwrap, type WorkerInfo } from "../lib/api";
 
 const LIBS: [string, string][] = [
   ["torch", "torch"], ["cuda", "CUDA"], ["deepspeed", "DeepSpeed"], ["transformers", "Transformers"],
