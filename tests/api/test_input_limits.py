@@ -88,7 +88,8 @@ def test_the_plan_model_refuses_an_infinite_size_itself():
     p = tiny_plan()
     p["model"]["config"]["hidden_size"] = float("inf")
     v = planner.validate(p)
-    assert v.errors and v.errors[0]["field"] == "model.config.hidden_size"
+    assert v.errors
+    assert v.errors[0]["field"] == "model.config.hidden_size"
 
 
 def test_body_size_limits(client, tokens):
@@ -158,4 +159,5 @@ def test_a_server_error_carries_the_security_headers(app_env):
 
     r = TestClient(app, raise_server_exceptions=False).get("/api/boom")
     assert r.status_code == 500
-    assert r.headers["x-content-type-options"] == "nosniff" and r.headers["x-frame-options"] == "DENY"
+    assert r.headers["x-content-type-options"] == "nosniff"
+    assert r.headers["x-frame-options"] == "DENY"

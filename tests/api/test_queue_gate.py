@@ -52,7 +52,8 @@ def test_a_retry_passes_the_fit_check_and_records_who_queued_each_attempt(client
     r = client.post(f"/api/runs/{run_id}/approve", headers=bearer(approver))
     assert r.json()["queued_by"] == approver_id, r.text
     run = transitions.claim(run_id, "w:1", token_id=None)
-    assert run is not None and transitions.start(run_id, 1, str(tmp_path))
+    assert run is not None
+    assert transitions.start(run_id, 1, str(tmp_path))
     assert transitions.finish(run_id, 1, RunState.FAILED, "boom")
     # the estimate now says it does not fit (as if the plan had grown): the retry is refused, as approval would be
     with session_scope() as s:
@@ -83,7 +84,8 @@ def test_a_worker_token_cannot_write_a_run_no_worker_holds(client, tokens, tmp_p
 
     run_id = queued_run(client, tokens, tmp_path)  # a queued retry: its claim was cleared
     assert transitions.claim(run_id, "w:1", token_id=worker_id) is not None
-    assert transitions.start(run_id, 1, str(tmp_path)) and transitions.finish(run_id, 1, RunState.LOST, "x")
+    assert transitions.start(run_id, 1, str(tmp_path))
+    assert transitions.finish(run_id, 1, RunState.LOST, "x")
     assert client.post(f"/api/runs/{run_id}/retry", headers=admin).json()["state"] == "queued"
     r = client.post(f"/api/runs/{run_id}/metrics", json=points(1), headers=bearer(worker))
     assert r.status_code == 403, r.text
@@ -95,14 +97,16 @@ def test_completeness_counts_the_live_attempts_points(client, tokens, tmp_path):
     admin = as_role(client, tokens, "admin")
     run_id = queued_run(client, tokens, tmp_path)
     steps = client.get(f"/api/runs/{run_id}", headers=admin).json()["steps"]
-    assert transitions.claim(run_id, "w:1", token_id=first_id) and transitions.start(run_id, 1, str(tmp_path))
+    assert transitions.claim(run_id, "w:1", token_id=first_id)
+    assert transitions.start(run_id, 1, str(tmp_path))
     r = client.post(f"/api/runs/{run_id}/metrics", json=points(*range(1, steps + 1), first_step=1),
                     headers=bearer(first))
     assert r.status_code == 200, r.text
     assert transitions.finish(run_id, 1, RunState.LOST, "torchrun killed")
     assert client.post(f"/api/runs/{run_id}/retry", headers=admin).status_code == 200
     # attempt 2 starts from scratch and stores every step but the last: attempt 1's last step must not count
-    assert transitions.claim(run_id, "w:2", token_id=second_id) and transitions.start(run_id, 2, str(tmp_path))
+    assert transitions.claim(run_id, "w:2", token_id=second_id)
+    assert transitions.start(run_id, 2, str(tmp_path))
     r = client.post(f"/api/runs/{run_id}/metrics", json=points(*range(1, steps), first_step=1),
                     headers=bearer(second))
     assert r.status_code == 200, r.text
@@ -118,11 +122,13 @@ def test_a_resumed_attempt_counts_the_steps_before_its_checkpoint(client, tokens
     run_id = queued_run(client, tokens, tmp_path)
     steps = client.get(f"/api/runs/{run_id}", headers=admin).json()["steps"]
     assert steps >= 3
-    assert transitions.claim(run_id, "w:1", token_id=first_id) and transitions.start(run_id, 1, str(tmp_path))
+    assert transitions.claim(run_id, "w:1", token_id=first_id)
+    assert transitions.start(run_id, 1, str(tmp_path))
     client.post(f"/api/runs/{run_id}/metrics", json=points(1, 2, first_step=1), headers=bearer(first))
     assert transitions.finish(run_id, 1, RunState.LOST, "x")
     assert client.post(f"/api/runs/{run_id}/retry", headers=admin).status_code == 200
-    assert transitions.claim(run_id, "w:2", token_id=first_id) and transitions.start(run_id, 2, str(tmp_path))
+    assert transitions.claim(run_id, "w:2", token_id=first_id)
+    assert transitions.start(run_id, 2, str(tmp_path))
     # resumed from the checkpoint at step 2: its file starts at step 3
     r = client.post(f"/api/runs/{run_id}/metrics", json=points(*range(3, steps + 1), first_step=3),
                     headers=bearer(first))

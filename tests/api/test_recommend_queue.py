@@ -77,7 +77,8 @@ def test_recommend_never_proposes_a_flash_kernel_to_a_queue_with_only_sdpa(clien
         plan = tiny_plan()
         plan["training"]["attn_implementation"] = "flash_attention_3"
         asked = client.post("/api/estimate/recommend", json={"plan": plan}, headers=viewer).json()
-        assert asked["recommendations"] == [] and asked["errors"][0]["field"] == "training.attn_implementation"
+        assert asked["recommendations"] == []
+        assert asked["errors"][0]["field"] == "training.attn_implementation"
         assert "flash_attention_3 is not installed" in asked["errors"][0]["message"], asked
 
         # fix: the plan is moved to what the queue has (first change, even though the plan fits), no Liger
@@ -86,7 +87,8 @@ def test_recommend_never_proposes_a_flash_kernel_to_a_queue_with_only_sdpa(clien
         f = fixed.json()
         assert f["changes"][0] == {**f["changes"][0], "field": "training.attn_implementation",
                                    "from": "flash_attention_3", "to": "sdpa"}, f["changes"]
-        assert f["plan"]["training"]["attn_implementation"] == "sdpa" and f["queue_kernels"] == ["sdpa"]
+        assert f["plan"]["training"]["attn_implementation"] == "sdpa"
+        assert f["queue_kernels"] == ["sdpa"]
     finally:
         _stop("celery@sdpa-only")
 

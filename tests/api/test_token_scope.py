@@ -56,7 +56,8 @@ def test_no_writes_a_minute_after_the_run_ended(client, tokens, tmp_path):
     worker, worker_id = new_token(Role.WORKER)
     run_id = queued_run(client, tokens, tmp_path)
     run = transitions.claim(run_id, "w:1", token_id=worker_id)
-    assert run is not None and transitions.finish(run_id, run.attempt, RunState.SUCCEEDED, None)
+    assert run is not None
+    assert transitions.finish(run_id, run.attempt, RunState.SUCCEEDED, None)
     assert write(client, run_id, worker).status_code == 200  # the worker drains its last lines
     with session_scope() as s:
         ended = s.get_one(Run, run_id)
@@ -74,20 +75,26 @@ def test_a_worker_reuses_its_token_across_starts(app_env, tmp_path):
     with get_sessionmaker()() as session:
         first, p1 = worker_token(session, settings)
         again, p2 = worker_token(session, settings)
-        assert again == first and p1 is not None and p2 is not None and p1.token_id == p2.token_id
+        assert again == first
+        assert p1 is not None
+        assert p2 is not None
+        assert p1.token_id == p2.token_id
         assert p1.role == Role.WORKER
         assert (settings.home / "worker-token").stat().st_mode & 0o777 == 0o600
         assert p1.token_id is not None
         revoke(session, p1.token_id)
         fresh, p3 = worker_token(session, settings)  # a revoked token is replaced, not reused
-        assert fresh != first and p3 is not None and p3.token_id != p1.token_id
+        assert fresh != first
+        assert p3 is not None
+        assert p3.token_id != p1.token_id
 
 
 def test_sign_out_revokes_the_cookie_token(app, tokens):
     viewer, viewer_id = new_token(Role.VIEWER)
     browser = TestClient(app)  # its own cookie jar
     r = browser.post("/api/session", json={"token": viewer})
-    assert r.status_code == 200 and r.json()["token_id"] == viewer_id  # the session acts as the token given
+    assert r.status_code == 200
+    assert r.json()["token_id"] == viewer_id  # the session acts as the token given
     cookie = browser.cookies["ulab_token"]
     assert cookie != viewer
     assert browser.get("/api/session").json()["token_id"] == viewer_id

@@ -70,7 +70,9 @@ def test_a_run_at_lr_10_stops_itself_and_a_resume_at_1e_3_trains_on(stack, api, 
                                timeout=20_000)
         events = api.get(f"/api/runs/{run_id}/events").json()
         end = events[-1]
-        assert end["kind"] == "attempt_ended" and end["state"] == "stopped" and end["message"] == done["exit_reason"]
+        assert end["kind"] == "attempt_ended"
+        assert end["state"] == "stopped"
+        assert end["message"] == done["exit_reason"]
         screenshot(page, "dashboard-run-diverged")
 
         # "resume from here" on the checkpoint the stop saved, at lr=10 again: diverges again, stopped again
@@ -94,7 +96,8 @@ def test_a_run_at_lr_10_stops_itself_and_a_resume_at_1e_3_trains_on(stack, api, 
         assert run["attempt"] == 3 and run["spec"]["run"]["learning_rate"] == 1e-3, run
         # it trains on to the end, with no alert of its own, at the new learning rate
         run = wait_for(api, run_id, {"succeeded"}, timeout_s=400)
-        assert run["attempt"] == 3 and run["last_step"] == STEPS
+        assert run["attempt"] == 3
+        assert run["last_step"] == STEPS
         # the stop rules re-armed on attempt 3's own steps: a reference kept from attempt 1 would fire at once;
         # a model that trained at lr=10 may still spike its grad norm once (an alert that stops nothing by default)
         assert [a for a in run["alerts"] if a["attempt"] == 3 and a["stopped"]] == [], run["alerts"]

@@ -117,6 +117,7 @@ def test_rows_poisoned_before_the_check_are_repaired_by_the_migration(tmp_path, 
                 assert plans.status_code == 200, plans.text
                 assert plans.json()[0]["plan"]["model"]["config"]["note"] == "a?b"
                 runs = api.get("/api/runs")
-                assert runs.status_code == 200 and runs.json()[0]["spec"]["model"]["config"]["note"] == "a?b"
+                assert runs.status_code == 200
+                assert runs.json()[0]["spec"]["model"]["config"]["note"] == "a?b"
         finally:
             s.stop()

@@ -151,7 +151,8 @@ def test_a_new_attempt_stops_the_one_still_in_the_run_dir_and_keeps_its_lines(tm
     assert [f.name for f in files] == ["metrics.jsonl", "metrics.attempt-2.jsonl"]
     one = [json.loads(x)["step"] for x in files[0].read_text().splitlines()]
     two = [json.loads(x)["step"] for x in files[1].read_text().splitlines()]
-    assert one == list(range(1, one[-1] + 1)) and one[-1] < steps
+    assert one == list(range(1, one[-1] + 1))
+    assert one[-1] < steps
     assert two == list(range(one[-1] + 1, steps + 1)), "attempt 2 resumed from attempt 1's last checkpoint"
     assert [r["step"] for r in read_metrics(run_dir)] == list(range(1, steps + 1))
     assert json.loads(lock_file(run_dir).read_text())["attempt"] == 2
@@ -219,7 +220,8 @@ def test_worker_sigkill_mid_run_stops_its_trainer_and_the_retry_stores_every_ste
             assert time.monotonic() < end, f"the run was not marked lost: {lost}"
             time.sleep(0.5)
         assert lost["attempts"][0]["state"] == "lost", lost
-        assert lost["state"] == "queued" and lost["attempt"] == 2  # a retry is left
+        assert lost["state"] == "queued"
+        assert lost["attempt"] == 2  # a retry is left
         stack.worker.start()
         stack.wait_worker_ready()
         done = wait_for(stack.api_client, run["id"], {"succeeded"}, timeout_s=900)
@@ -268,7 +270,8 @@ def test_cancel_of_a_stuck_run_leaves_no_process(stack, corpus):
     procs = run_processes(run_dir)
     worker = stack.worker.proc.pid
     stuck = [pid for pid in procs if psutil.Process(pid).ppid() != worker]  # torchrun and the ranks
-    assert len(stuck) == 3 and len(rank_pids(run_dir)) == 2
+    assert len(stuck) == 3
+    assert len(rank_pids(run_dir)) == 2
     for pid in stuck:
         os.kill(pid, signal.SIGSTOP)
     cancelled_at = time.monotonic()

@@ -96,4 +96,6 @@ def test_out_of_memory_names_the_rank_and_size(runs):
     last = proc.stderr.strip().splitlines()[-1]
     assert "out of memory on rank" in last and "512.00 GiB" in last, last
     err = json.loads((runs.root / "oom" / "error.json").read_text())
-    assert err["kind"] == "oom" and err["rank"] in (0, 1) and err["requested_gib"] == 512.0
+    assert err["kind"] == "oom"
+    assert err["rank"] in (0, 1)
+    assert err["requested_gib"] == 512.0

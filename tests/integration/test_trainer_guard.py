@@ -33,7 +33,9 @@ def test_lr_10_on_two_ranks_stops_itself_by_step_5_with_a_checkpoint(tmp_path, d
     stopped = json.loads((run_dir / STOPPED_FILE).read_text())
     print(f"lr=10, 2 ranks: stopped at step {steps[-1]} ({stopped['message']})")
     assert steps == list(range(1, steps[-1] + 1)) and DIVERGENCE_FROM <= steps[-1] <= STOP_BY, steps
-    assert stopped["kind"] == "loss_diverged" and stopped["step"] == steps[-1] and stopped["attempt"] == 1
+    assert stopped["kind"] == "loss_diverged"
+    assert stopped["step"] == steps[-1]
+    assert stopped["attempt"] == 1
     assert stopped["reason"] == f"stopped: loss diverged ({stopped['message']})"
     assert stopped["reason"] in proc.stdout + proc.stderr  # `ulab train` says why it stopped
     # the checkpoint of the step it stopped on: "resume from here" starts there
@@ -67,5 +69,6 @@ def test_through_the_worker_the_run_ends_stopped_with_one_alert(api, corpus):
     assert done["exit_reason"] == f"stopped: loss diverged ({stops[0]['message']})", done["exit_reason"]
     events = api.get(f"/api/runs/{run['id']}/events").json()
     assert [e["kind"] for e in events if e["kind"] == "alert" and e["stopped"]] == ["alert"]
-    assert events[-1]["kind"] == "attempt_ended" and events[-1]["state"] == "stopped"
+    assert events[-1]["kind"] == "attempt_ended"
+    assert events[-1]["state"] == "stopped"
     print(f"lr=10 through the worker: stopped at step {done['last_step']}")

@@ -17,7 +17,8 @@ def test_a_cpu_rank_reads_its_host_figures_and_no_gpu_figure():
     assert 0.05 < figures["rss_gib"] < 64, figures  # this test process: torch is imported
     assert 0 <= figures["host_cpu_percent"] <= 100 and figures["cpu_percent"] >= 0, figures
     assert all(math.isnan(figures[n]) for n in NAMES if n.startswith("gpu_")), figures
-    assert s.sample() is first and s.samples == 1  # within every_s: the previous sample, nothing read
+    assert s.sample() is first
+    assert s.samples == 1  # within every_s: the previous sample, nothing read
 
 
 def test_a_sample_is_taken_again_after_every_s():
@@ -45,10 +46,12 @@ def test_the_gpu_figures_come_from_nvml_in_nvidia_smi_units(monkeypatch):
     )
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     s = SystemSampler(cuda_device=3, every_s=0)
-    assert s.nvml == (fake, ("gpu", 3)) and calls == ["init"]
+    assert s.nvml == (fake, ("gpu", 3))
+    assert calls == ["init"]
     figures = dict(zip(NAMES, s.sample(), strict=True))
     assert (figures["gpu_util_percent"], figures["gpu_mem_used_gib"], figures["gpu_power_w"],
             figures["gpu_temp_c"]) == (87.0, 60.0, 512.25, 64.0)
     fake.nvmlDeviceGetPowerUsage = lambda h: (_ for _ in ()).throw(RuntimeError("not supported"))
     figures = dict(zip(NAMES, s.sample(), strict=True))
-    assert math.isnan(figures["gpu_power_w"]) and figures["gpu_temp_c"] == 64.0  # one missing sensor only
+    assert math.isnan(figures["gpu_power_w"])
+    assert figures["gpu_temp_c"] == 64.0  # one missing sensor only

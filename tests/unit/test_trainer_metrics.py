@@ -27,7 +27,8 @@ def test_tracker_counts_live_storages_and_their_peak():
         del a, view
         assert t.current == 2 * MIB  # freed storages leave the count
         c = torch.ones(MIB, dtype=torch.uint8)
-    assert t.peak == 6 * MIB and t.peak_created == 6 * MIB
+    assert t.peak == 6 * MIB
+    assert t.peak_created == 6 * MIB
     del b, c
 
 
@@ -36,7 +37,8 @@ def test_tracker_registers_existing_state_without_counting_it_as_created():
     with TensorMemoryTracker() as t:
         t.register([w, w])
         x = torch.ones(MIB, dtype=torch.uint8)
-    assert t.peak == 2 * MIB and t.peak_created == MIB
+    assert t.peak == 2 * MIB
+    assert t.peak_created == MIB
     del x
 
 
@@ -122,7 +124,8 @@ def test_writer_keeps_lines_valid_json(tmp_path):
         w.write({"step": s, "loss": float("nan") if s == 3 else 1.0 / s, "peak": [1.0, float("inf")]})
     w.close()
     rows = [json.loads(line) for line in p.read_text().splitlines()]
-    assert rows[2]["loss"] is None and rows[0]["peak"] == [1.0, None]
+    assert rows[2]["loss"] is None
+    assert rows[0]["peak"] == [1.0, None]
 
 
 def test_a_fetched_batch_counts_its_own_bytes_not_the_whole_dataset():
