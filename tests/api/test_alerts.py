@@ -106,10 +106,12 @@ def test_the_issues_lr_10_run_is_stopped_at_step_3_and_the_rules_re_arm_on_resum
     assert run["cancel_requested"]
     events = client.get(f"/api/runs/{run_id}/events", headers=admin).json()
     changed = next(e for e in events if e["kind"] == "changed")
-    assert changed["attempt"] == 2 and changed["message"] == ("resumed with learning_rate 10.0 -> 0.001, "
-                                                              "lr_scheduler constant -> cosine"), changed
+    assert changed["attempt"] == 2, changed
+    assert changed["message"] == ("resumed with learning_rate 10.0 -> 0.001, "
+                                  "lr_scheduler constant -> cosine"), changed
     r = client.post(f"/api/runs/{run_id}/retry", json={"learning_rate": 11}, headers=admin)
-    assert r.status_code == 422 and r.json()["detail"][0]["field"] == "learning_rate", r.text
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"][0]["field"] == "learning_rate", r.text
 
 
 def test_a_healthy_loss_raises_nothing(client, tokens, tmp_path):

@@ -110,7 +110,8 @@ def test_each_architecture_field_is_named(client, admin, models_dir, data):
         directory = save_tiny_checkpoint(models_dir / f"other-{key}", weights=False, **{key: value})
         field, message = error(submit(client, admin, tiny_plan(), {"data": {"path": str(data)},
                                                                    "model_path": str(directory)}))
-        assert field == "run.model_path" and f"{key}={value!r}" in message, message
+        assert field == "run.model_path", message
+        assert f"{key}={value!r}" in message, message
 
 
 def test_a_directory_without_config_json_is_refused(client, admin, models_dir, data):
@@ -168,4 +169,5 @@ def test_a_name_neither_a_path_nor_a_hub_id_is_a_422_naming_the_field(client, ad
 
 def test_an_over_long_data_path_part_is_a_422_naming_the_field(client, admin):
     field, message = error(submit(client, admin, tiny_plan(), {"data": {"path": LONG_PART}}))
-    assert field == "run.data.path" and "255 bytes" in message, message
+    assert field == "run.data.path", message
+    assert "255 bytes" in message, message

@@ -47,7 +47,8 @@ def test_a_worker_token_writes_only_the_run_it_claimed(client, tokens, tmp_path)
     assert write(client, run_id, mine).status_code == 409  # queued: nobody claimed it yet
     assert transitions.claim(run_id, "w:1", token_id=mine_id) is not None
     r = write(client, run_id, other)
-    assert r.status_code == 403 and r.json()["detail"][0]["field"] == "authorization", r.text
+    assert r.status_code == 403, r.text
+    assert r.json()["detail"][0]["field"] == "authorization", r.text
     assert write(client, run_id, mine).json() == {"accepted": 1}
     assert write(client, run_id, tokens["admin"]).status_code == 200  # an admin is not a worker
 
@@ -64,7 +65,8 @@ def test_no_writes_a_minute_after_the_run_ended(client, tokens, tmp_path):
         ended.finished_at = transitions.as_utc(ended.finished_at) - timedelta(seconds=61)
     for token in (worker, tokens["admin"]):
         r = write(client, run_id, token)
-        assert r.status_code == 409 and r.json()["detail"][0]["field"] == "state", r.text
+        assert r.status_code == 409, r.text
+        assert r.json()["detail"][0]["field"] == "state", r.text
 
 
 def test_a_worker_reuses_its_token_across_starts(app_env, tmp_path):
@@ -123,10 +125,12 @@ def test_an_idempotency_key_makes_one_run_of_two_identical_submits(client, token
     assert again.json()["id"] == first.json()["id"]
     other_plan = client.post("/api/plans", json=tiny_plan(seq_len=1024), headers=mine).json()["id"]
     r = client.post("/api/runs", json={**body, "plan_id": other_plan}, headers=keyed)
-    assert r.status_code == 409 and r.json()["detail"][0]["field"] == "idempotency-key", r.text
+    assert r.status_code == 409, r.text
+    assert r.json()["detail"][0]["field"] == "idempotency-key", r.text
     # the same plan with another run section is another submit: refused, not answered with the first run
     r = client.post("/api/runs", json={**body, "run": {**body["run"], "steps": 7}}, headers=keyed)
-    assert r.status_code == 409 and "with another request body" in r.json()["detail"][0]["message"], r.text
+    assert r.status_code == 409, r.text
+    assert "with another request body" in r.json()["detail"][0]["message"], r.text
     # another token's key space is its own, and no key means a new run each time
     theirs = client.post("/api/runs", json=body, headers={**as_role(client, tokens, "approver"),
                                                          "Idempotency-Key": "submit-7f3a"})

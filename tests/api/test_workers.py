@@ -78,7 +78,8 @@ def test_workers_are_listed_and_approval_refuses_a_kernel_no_worker_of_the_queue
         assert _approve(client, admin, tmp_path, plan).status_code == 200
         plan["training"]["liger_kernel"] = True
         r = _approve(client, admin, tmp_path, plan)
-        assert r.status_code == 409 and r.json()["detail"][0]["field"] == "training.liger_kernel", r.text
+        assert r.status_code == 409, r.text
+        assert r.json()["detail"][0]["field"] == "training.liger_kernel", r.text
     finally:
         _stop("celery@gpu-a", "celery@gpu-b")
     # no running worker of the queue: nothing is known, nothing refused (the run waits for a worker)

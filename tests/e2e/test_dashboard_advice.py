@@ -108,7 +108,8 @@ def test_calibration_page(stack, api, trained_run):
                      f'{e["memory"]["device_total_gib"] * d},{e["throughput"]["tokens_per_s"] * t}')
     (stack.home / "results" / "gpu-h100-e2e.csv").write_text("\n".join(lines) + "\n")
     r = api.post("/api/calibration/load")
-    assert r.status_code == 200 and r.json()["rows"] == 2, r.text
+    assert r.status_code == 200, r.text
+    assert r.json()["rows"] == 2, r.text
     assert m["fits"]
     body = api.get("/api/calibration").json()
     runs = [p for p in body["points"] if p["run_id"] == trained_run["id"]]

@@ -60,7 +60,8 @@ def test_submit_from_the_form_with_a_checkpoint_under_the_models_root(stack, api
     assert data["tokenizer"] == f"hf:{directory.resolve()}"
     # the held-back row scored by position at steps 2 and 4, with the checkpoint's tokenizer
     evals = api.get(f"/api/runs/{run_id}/metrics", params={"name": "eval_loss"}).json()["series"][0]
-    assert evals["step"] == [2, 4] and all(v > 0 for v in evals["last"]), evals
+    assert evals["step"] == [2, 4], evals
+    assert all(v > 0 for v in evals["last"]), evals
     # the checkpoint list reads the run directory: keep_checkpoints (1) of the saves at steps 2 and 4
     listed = api.get(f"/api/runs/{run_id}/checkpoints").json()
     assert [(c["stage"], c["step"]) for c in listed] == [("stage0", 4)]

@@ -40,7 +40,8 @@ def test_approval_checks_the_estimate_unless_forced(stack, api, corpus):
     assert "GiB" in r.json()["detail"][0]["message"]
     # 7,200 GiB per GPU: past what even a forced run may ask for (ULAB_MAX_FORCED_GIB_PER_GPU, 1 TiB)
     r = api.post(f"/api/runs/{run['id']}/approve", params={"force": True})
-    assert r.status_code == 409 and "ULAB_MAX_FORCED_GIB_PER_GPU" in r.json()["detail"][0]["message"], r.text
+    assert r.status_code == 409, r.text
+    assert "ULAB_MAX_FORCED_GIB_PER_GPU" in r.json()["detail"][0]["message"], r.text
     # 541 GiB per GPU (seq_len 8192): does not fit a 40 GB GPU, but may be forced
     big["training"]["seq_len"] = 8192
     run = submit(api, big, {"steps": 1, "data": {"path": str(corpus)}, "model_path": checkpoint},

@@ -115,7 +115,8 @@ def test_the_page_downloads_every_file_for_every_node_in_one_zip(api_server, tmp
 
 def test_a_plan_without_a_run_section_has_no_zip(api):
     r = api.post("/api/estimate/export.zip", json=PLAN)
-    assert r.status_code == 422 and r.json()["detail"][0]["field"] == "run", r.text
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"][0]["field"] == "run", r.text
 
 
 def test_the_torchrun_lines_train_one_per_node_with_the_wheel(exported, trainer_venv, tmp_path):

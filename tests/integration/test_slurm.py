@@ -91,7 +91,8 @@ def test_approved_run_goes_pending_running_completed_with_its_metrics(slurm_stac
     assert run["slurm_job_id"] is None
     approved_at = time.monotonic()
     run = api.post(f"/api/runs/{run['id']}/approve").json()
-    assert run["state"] == "queued" and run["slurm_job_id"], "approval submits the job at once"
+    assert run["state"] == "queued", "approval submits the job at once"
+    assert run["slurm_job_id"], "approval submits the job at once"
     job_id = run["slurm_job_id"]
     running_after = None
     while running_after is None:

@@ -80,12 +80,16 @@ def test_loss_by_position_agrees_across_layouts(runs):
     half = len(row["labels"]) // 2
     assert (row["labels"][:half] != -100).sum() > 0
     assert (row["labels"][half:] != -100).sum() > 0
-    assert row["position_ids"][half] > 0 and row["labels"][half] != -100, "no document crosses the shard boundary"
+    assert row["position_ids"][half] > 0, "no document crosses the shard boundary"
+    assert row["labels"][half] != -100, "no document crosses the shard boundary"
     one, sp, dp, both = (curves(r) for r in (runs.single(), runs.sp2(), runs.dp2(), runs.sp2dp2()))
-    assert sorted(one) == [5, 10] and sorted(sp) == sorted(dp) == [5, 10, 15, 20] and 5 in both, (one, sp, both)
+    assert sorted(one) == [5, 10], (one, sp, both)
+    assert sorted(sp) == sorted(dp) == [5, 10, 15, 20], (sp, dp)
+    assert 5 in both, (one, sp, both)
     buckets = [k for k in one[5] if k.startswith("pos_loss@")]
     # log2 buckets from the first position on, up to the longest document's (the test documents are short)
-    assert buckets == [f"pos_loss@{2 ** k}" for k in range(len(buckets))] and len(buckets) >= 5, buckets
+    assert buckets == [f"pos_loss@{2 ** k}" for k in range(len(buckets))], buckets
+    assert len(buckets) >= 5, buckets
     for other, steps in ((sp, (5, 10)), (dp, (5, 10)), (both, (5,))):
         for step in steps:
             assert [k for k in other[step] if k.startswith("pos_loss@")] == buckets, (step, other[step])

@@ -102,8 +102,10 @@ def test_the_slurm_job_builds_no_celery_app_and_writes_nothing(tmp_path):
                        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "ULAB_HOME": str(home)})
     assert r.returncode == 0, r.stderr[-2000:]
     loaded = r.stdout.strip().splitlines()[-1]
-    assert "worker.celery_app" not in loaded and "worker.tasks" not in loaded, loaded
-    assert not home.exists() and list(tmp_path.iterdir()) == [], list(tmp_path.iterdir())
+    assert "worker.celery_app" not in loaded, loaded
+    assert "worker.tasks" not in loaded, loaded
+    assert not home.exists(), list(tmp_path.iterdir())
+    assert list(tmp_path.iterdir()) == [], list(tmp_path.iterdir())
 
 
 def test_the_api_loads_no_worker_module():

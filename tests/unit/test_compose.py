@@ -71,7 +71,9 @@ def test_ulab_variables_are_settings_and_parse():
         assert settings.resolved_database_url.startswith("postgresql+psycopg://")
         host = settings.resolved_database_url.split("@")[1].split(":")[0]
         if SERVICES[name].get("network_mode") == "host":  # reaches the services through their published ports
-            assert host == "127.0.0.1" and published("postgres", 5432) and published("redis", 6379), name
+            assert host == "127.0.0.1", name
+            assert published("postgres", 5432), name
+            assert published("redis", 6379), name
             assert settings.resolved_broker_url == "redis://127.0.0.1:6379/0"
         else:
             assert host in SERVICES, f"database host {host} is not a service"

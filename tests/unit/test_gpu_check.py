@@ -28,13 +28,15 @@ def test_without_torch_the_check_fails():
         pytest.skip("the system python3 has torch")
     proc = subprocess.run(["python3", "-I", str(REPO / "bench" / "gpu_check.py"), "--cpu"], capture_output=True,
                           text=True, timeout=60)
-    assert proc.returncode == 2 and "torch cannot be imported" in proc.stderr, proc.stdout + proc.stderr
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "torch cannot be imported" in proc.stderr, proc.stdout + proc.stderr
 
 
 def test_require_cuda_without_cuda_fails():
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_check.py"), "--require-cuda"],
                           capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and "--require-cuda and no CUDA device" in proc.stderr, proc.stdout + proc.stderr
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "--require-cuda and no CUDA device" in proc.stderr, proc.stdout + proc.stderr
 
 
 def test_rows_are_appended_one_by_one_under_one_header(tmp_path):

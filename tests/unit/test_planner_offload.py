@@ -104,7 +104,8 @@ def test_bf16_optimizer_states_rules_name_the_field(training, message):
     e = estimate(plan(LLAMA8B, sp=8, seq=16384, bf16_optimizer_states=True, **training))
     assert not e["valid"]
     hits = [x for x in e["errors"] if x["field"] == "training.bf16_optimizer_states"]
-    assert hits and message in hits[0]["message"], e["errors"]
+    assert hits, e["errors"]
+    assert message in hits[0]["message"], e["errors"]
 
 
 def test_shared_experts_count_as_parameters_and_as_active_width():

@@ -15,7 +15,8 @@ def test_a_cpu_rank_reads_its_host_figures_and_no_gpu_figure():
     first = s.sample()
     figures = dict(zip(NAMES, first, strict=True))
     assert 0.05 < figures["rss_gib"] < 64, figures  # this test process: torch is imported
-    assert 0 <= figures["host_cpu_percent"] <= 100 and figures["cpu_percent"] >= 0, figures
+    assert 0 <= figures["host_cpu_percent"] <= 100, figures
+    assert figures["cpu_percent"] >= 0, figures
     assert all(math.isnan(figures[n]) for n in NAMES if n.startswith("gpu_")), figures
     assert s.sample() is first
     assert s.samples == 1  # within every_s: the previous sample, nothing read
@@ -28,7 +29,8 @@ def test_a_sample_is_taken_again_after_every_s():
     while sum(psutil.Process().cpu_times()[:2]) - sum(start[:2]) < 0.05:  # 50 ms of CPU for the rank's figure
         sum(i * i for i in range(10_000))
     second = s.sample()
-    assert s.samples == 2 and second[1] > 0, second
+    assert s.samples == 2, second
+    assert second[1] > 0, second
 
 
 def test_the_gpu_figures_come_from_nvml_in_nvidia_smi_units(monkeypatch):

@@ -132,7 +132,8 @@ def test_ulab_train_fails_before_any_rank_with_one_line(tmp_path, plan, data, ne
     proc = _ulab_train(tmp_path, plan, data)
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and needle in lines[0], proc.stderr
+    assert len(lines) == 1, proc.stderr
+    assert needle in lines[0], proc.stderr
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
