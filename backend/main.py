@@ -39,7 +39,7 @@ def load_calibration_results() -> None:
         with session_scope() as session:
             n = load_results(session, directory)
         log.info("calibration: %d gpu-check rows from %s", n, directory)
-    except Exception:  # noqa: BLE001 - a bad results file never stops the API
+    except Exception:  # a bad results file never stops the API
         log.exception("calibration: could not load %s", directory)
 
 

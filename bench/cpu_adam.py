@@ -31,7 +31,8 @@ def _cached_op():
     if not so.exists():
         return None
     spec = importlib.util.spec_from_file_location("cpu_adam", so)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

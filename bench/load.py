@@ -30,8 +30,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.services import Stack, postgres_database, redis_database  # noqa: E402
-from tests.tiny import tiny_plan  # noqa: E402
+from tests.services import Stack, postgres_database, redis_database
+from tests.tiny import tiny_plan
 
 QWEN = {"model": {"preset": "Qwen/Qwen3-4B"}, "hardware": {"gpu": "H100-80GB", "gpus_per_node": 4},
         "parallel": {"sp_size": 4}, "training": {"seq_len": 65536, "grad_accum": 8, "offload_optimizer": True}}

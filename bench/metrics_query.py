@@ -16,8 +16,8 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.services import Stack, postgres_database, redis_database  # noqa: E402
-from tests.tiny import tiny_plan  # noqa: E402
+from tests.services import Stack, postgres_database, redis_database
+from tests.tiny import tiny_plan
 
 
 def main() -> None:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from plan import estimate, max_seq_len, sweep  # noqa: E402
-from tests.plans import alst_plan, qwen_plan  # noqa: E402
+from plan import estimate, max_seq_len, sweep
+from tests.plans import alst_plan, qwen_plan
 
 PLAN = qwen_plan(seq_len=65536)
 ALST = alst_plan(8, 4, seq_len=4194304)

@@ -19,9 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from plan.probe import PARTS  # noqa: E402
-from tests.tiny import tiny_plan  # noqa: E402
-from worker.probe import probe  # noqa: E402
+from plan.probe import PARTS
+from tests.tiny import tiny_plan
+from worker.probe import probe
 
 
 def plan(layers: int, sp: int, zero: int, seq_len: int) -> dict:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.planner_speed import timeit  # noqa: E402
-from plan import fix, recommend  # noqa: E402
+from bench.planner_speed import timeit
+from plan import fix, recommend
 
 TARGET_MS_64 = 200
 

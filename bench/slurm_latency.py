@@ -20,9 +20,9 @@ from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.services import Stack, postgres_database  # noqa: E402
-from tests.slurm_cluster import missing, slurm_cluster  # noqa: E402
-from tests.tiny import tiny_plan, write_corpus  # noqa: E402
+from tests.services import Stack, postgres_database
+from tests.slurm_cluster import missing, slurm_cluster
+from tests.tiny import tiny_plan, write_corpus
 
 
 def one_run(api, cluster, corpus: Path, steps: int) -> tuple[float, float, float]:

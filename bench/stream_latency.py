@@ -18,9 +18,9 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.e2e.browser import WATCH_LOSS_CHART, chromium_page, sign_in_by_default  # noqa: E402
-from tests.services import Stack, postgres_database, redis_database  # noqa: E402
-from tests.tiny import submit, tiny_plan, wait_for, write_corpus  # noqa: E402
+from tests.e2e.browser import WATCH_LOSS_CHART, chromium_page, sign_in_by_default
+from tests.services import Stack, postgres_database, redis_database
+from tests.tiny import submit, tiny_plan, wait_for, write_corpus
 
 
 def main() -> None:

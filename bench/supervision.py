@@ -22,9 +22,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import psutil  # noqa: E402
+import psutil
 
-from tests.integration.test_supervision import (  # noqa: E402
+from tests.integration.test_supervision import (
     LOST_AFTER_S,
     rank_pids,
     run_processes,
@@ -32,8 +32,8 @@ from tests.integration.test_supervision import (  # noqa: E402
     submit_long,
     wait_stored_step,
 )
-from tests.services import Stack, postgres_database, redis_database  # noqa: E402
-from tests.tiny import write_corpus  # noqa: E402
+from tests.services import Stack, postgres_database, redis_database
+from tests.tiny import write_corpus
 
 
 def worker_kill(stack: Stack, corpus: Path) -> float | None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from worker.trainer.system import SystemSampler  # noqa: E402
+from worker.trainer.system import SystemSampler
 
 
 def per_call_us(sampler: SystemSampler, calls: int) -> float:

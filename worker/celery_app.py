@@ -58,7 +58,7 @@ def report_capabilities(sender=None, **_) -> None:
 
         queues = sorted(q.name for q in sender.task_consumer.queues)
         get_agent().worker_started(sender.hostname, queues, capabilities())
-    except Exception:  # noqa: BLE001
+    except Exception:
         log.exception("could not report this worker's capabilities")
     threading.Thread(target=_heartbeats, args=(sender.hostname,), name="worker-heartbeat", daemon=True).start()
 
@@ -71,7 +71,7 @@ def _heartbeats(name: str) -> None:
     while not _STOPPING.wait(every):
         try:
             get_agent().worker_heartbeat(name)
-        except Exception:  # noqa: BLE001 - a database hiccup: the next beat tries again
+        except Exception:  # a database hiccup: the next beat tries again
             log.warning("could not write this worker's heartbeat", exc_info=True)
 
 
@@ -83,5 +83,5 @@ def report_stopped(sender=None, **_) -> None:
     _STOPPING.set()
     try:
         get_agent().worker_stopped(sender.hostname)
-    except Exception:  # noqa: BLE001
+    except Exception:
         log.exception("could not report this worker's shutdown")

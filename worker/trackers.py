@@ -240,7 +240,7 @@ class Forwarder:
                 sink = self._sinks.get(name) or SINKS[name](self.cfg, st)
                 self._sinks[name] = sink
                 sink.send(stored, first=not st["params"])
-            except Exception as e:  # noqa: BLE001 - a tracker that is down is tried again, never fails the run
+            except Exception as e:  # a tracker that is down is tried again, never fails the run
                 wait = min(MAX_RETRY_S, self._wait.get(name, self.retry_s / 2) * 2)
                 self._wait[name], self._next[name] = wait, time.monotonic() + wait
                 log.warning("run %s: %s is not reachable (%s); trying again in %.0f s", self.cfg.run_id, name,
@@ -260,7 +260,7 @@ class Forwarder:
                 try:
                     if self.pump():
                         return
-                except Exception:  # noqa: BLE001 - the database may be briefly away
+                except Exception:  # the database may be briefly away
                     log.exception("run %s: forwarding to trackers failed", self.cfg.run_id)
                 time.sleep(min([interval_s] + [max(0.1, t - time.monotonic()) for t in self._next.values()]))
 

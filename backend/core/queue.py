@@ -82,6 +82,6 @@ def workers_on(queue: str, timeout_s: float = 1.0) -> int | None:
             if not getattr(conn.default_channel, "supports_fanout", False):
                 return None
         replies = app.control.inspect(timeout=timeout_s).active_queues() or {}
-    except Exception:  # noqa: BLE001 - a broker that does not answer: nobody can tell either
+    except Exception:  # a broker that does not answer: nobody can tell either
         return None
     return sum(1 for queues in replies.values() if any(q.get("name") == queue for q in queues or []))

@@ -38,7 +38,7 @@ def record_calibration(run_id: int) -> None:
             run = session.get(Run, run_id)
             if run is not None and run.last_step > 0:
                 record_run(session, run.id, run.attempt, run.spec)
-    except Exception:  # noqa: BLE001 - calibration is a by-product of a run, not part of its outcome
+    except Exception:  # calibration is a by-product of a run, not part of its outcome
         log.exception("run %s: could not record its calibration point", run_id)
 
 
@@ -52,5 +52,5 @@ def record_probe(run_id: int) -> None:
             run = session.get(Run, run_id)
             if run is not None and run.kind == "probe" and store(session, run) is None:
                 log.warning("probe run %s left no %s in %s", run_id, "probe.json", run.run_dir)
-    except Exception:  # noqa: BLE001 - the probe's own files keep what it measured
+    except Exception:  # the probe's own files keep what it measured
         log.exception("probe run %s: could not store its result", run_id)

@@ -50,7 +50,8 @@ def test_a_nan_loss_stops_the_run_with_the_reason(client, tokens, tmp_path):
     assert transitions.finish(run_id, 1, RunState.CANCELLED, "cancelled", last_step=2)
     run = client.get(f"/api/runs/{run_id}", headers=admin).json()
     # a rule's stop ends in its own state, neither cancelled nor succeeded
-    assert run["state"] == "stopped" and run["exit_reason"].startswith("stopped: loss is NaN/Inf")
+    assert run["state"] == "stopped"
+    assert run["exit_reason"].startswith("stopped: loss is NaN/Inf")
     steps = client.get(f"/api/runs/{run_id}/metrics", params={"name": "loss"}, headers=admin).json()
     assert steps["series"][0]["step"] == [1]  # the NaN itself is not stored
 
@@ -65,7 +66,8 @@ def test_divergence_fires_from_the_third_step_against_the_running_minimum(client
     ingest(client, admin, warned, loss_points({5: 51.0}))
     ingest(client, admin, warned, loss_points({6: 6000.0}))  # one alert per kind and attempt
     run = client.get(f"/api/runs/{warned}", headers=admin).json()
-    assert alerts_of(client, admin, warned) == [("loss_diverged", 5, False)] and not run["cancel_requested"]
+    assert alerts_of(client, admin, warned) == [("loss_diverged", 5, False)]
+    assert not run["cancel_requested"]
     assert "above 10 x this attempt's lowest loss so far 5" in run["alerts"][0]["message"]
     listed = {r["id"]: r for r in client.get("/api/runs", headers=admin).json()}
     assert [a["kind"] for a in listed[warned]["alerts"]] == ["loss_diverged"]
@@ -83,13 +85,15 @@ def test_the_issues_lr_10_run_is_stopped_at_step_3_and_the_rules_re_arm_on_resum
     assert alerts_of(client, admin, run_id) == [("loss_diverged", 3, True)]
     assert transitions.finish(run_id, 1, RunState.CANCELLED, "cancelled by request", last_step=3)
     run = client.get(f"/api/runs/{run_id}", headers=admin).json()
-    assert run["state"] == "stopped" and run["exit_reason"].startswith("stopped: loss diverged (loss diverged: 3112")
+    assert run["state"] == "stopped"
+    assert run["exit_reason"].startswith("stopped: loss diverged (loss diverged: 3112")
 
     r = client.post(f"/api/runs/{run_id}/retry", json={"learning_rate": 1e-3, "lr_scheduler": "cosine"},
                     headers=admin)
     assert r.status_code == 200, r.text
     assert (r.json()["spec"]["run"]["learning_rate"], r.json()["spec"]["run"]["lr_scheduler"]) == (1e-3, "cosine")
-    assert transitions.claim(run_id, "test-worker") is not None and transitions.start(run_id, 2, str(tmp_path))
+    assert transitions.claim(run_id, "test-worker") is not None
+    assert transitions.start(run_id, 2, str(tmp_path))
     # the new attempt's shipper sends attempt 1's file again first: written before attempt 2 started, it raises nothing
     ingest(client, admin, run_id, {"points": [{"step": s, "name": "loss", "value": v, "wall_time": 1.7e9}
                                               for s, v in {1: 6.2, 2: 849.0, 3: 3112.0}.items()]})
@@ -102,10 +106,12 @@ def test_the_issues_lr_10_run_is_stopped_at_step_3_and_the_rules_re_arm_on_resum
     assert run["cancel_requested"]
     events = client.get(f"/api/runs/{run_id}/events", headers=admin).json()
     changed = next(e for e in events if e["kind"] == "changed")
-    assert changed["attempt"] == 2 and changed["message"] == ("resumed with learning_rate 10.0 -> 0.001, "
-                                                              "lr_scheduler constant -> cosine"), changed
+    assert changed["attempt"] == 2, changed
+    assert changed["message"] == ("resumed with learning_rate 10.0 -> 0.001, "
+                                  "lr_scheduler constant -> cosine"), changed
     r = client.post(f"/api/runs/{run_id}/retry", json={"learning_rate": 11}, headers=admin)
-    assert r.status_code == 422 and r.json()["detail"][0]["field"] == "learning_rate", r.text
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"][0]["field"] == "learning_rate", r.text
 
 
 def test_a_healthy_loss_raises_nothing(client, tokens, tmp_path):
@@ -143,7 +149,8 @@ def test_a_grad_norm_spike_raises_one_alert_and_a_falling_grad_norm_none(client,
     stopped = running_run(client, admin, tmp_path, stop_on_grad_norm=True, grad_norm_factor=3)
     ingest(client, admin, stopped, points("grad_norm", {s: 1.0 for s in range(1, 11)} | {11: 3.5}))
     run = client.get(f"/api/runs/{stopped}", headers=admin).json()
-    assert run["cancel_requested"] and run["exit_reason"].startswith("stopped: grad norm exploded (")
+    assert run["cancel_requested"]
+    assert run["exit_reason"].startswith("stopped: grad norm exploded (")
     assert alerts_of(client, admin, stopped) == [("grad_norm_exploded", 11, True)]
 
 
@@ -184,12 +191,15 @@ def test_a_running_run_with_no_step_for_stall_after_s_raises_stalled(client, tok
         row.started_at = row.last_step_at = at - timedelta(seconds=100)
     with session_scope() as s:
         raised = {a.run_id for a in check_stalls(s, at + timedelta(seconds=1))}
-    assert stopped in raised and warned not in raised
+    assert stopped in raised
+    assert warned not in raised
     with session_scope() as s:
         raised = {a.run_id for a in check_stalls(s, at + timedelta(seconds=200))}
-    assert warned in raised and stopped not in raised  # one alert per run
+    assert warned in raised
+    assert stopped not in raised  # one alert per run
     assert alerts_of(client, admin, warned)[0][::2] == ("stalled", False)
     run = client.get(f"/api/runs/{stopped}", headers=admin).json()
-    assert run["cancel_requested"] and run["alerts"][0]["kind"] == "stalled"
+    assert run["cancel_requested"]
+    assert run["alerts"][0]["kind"] == "stalled"
     assert run["alerts"][0]["message"].startswith("no step for "), run["alerts"]
     assert "(run.stall_after_s = 60)" in run["alerts"][0]["message"]

@@ -24,10 +24,12 @@ def test_the_trainers_stop_first_then_the_shipped_step_raises_no_second_alert(cl
     assert alerts_of(client, admin, run_id) == [("loss_diverged", 3, True)]
     assert transitions.finish(run_id, 1, RunState.STOPPED, "stopped: ...", last_step=3)
     run = client.get(f"/api/runs/{run_id}", headers=admin).json()
-    assert run["state"] == "stopped" and run["exit_reason"] == f"stopped: loss diverged ({MESSAGE})"
+    assert run["state"] == "stopped"
+    assert run["exit_reason"] == f"stopped: loss diverged ({MESSAGE})"
     events = client.get(f"/api/runs/{run_id}/events", headers=admin).json()
     assert [(e["kind"], e.get("stopped")) for e in events if e["kind"] == "alert"] == [("alert", True)]
-    assert events[-1]["state"] == "stopped" and events[-1]["message"] == run["exit_reason"]
+    assert events[-1]["state"] == "stopped"
+    assert events[-1]["message"] == run["exit_reason"]
 
 
 def test_the_api_first_then_the_trainers_report_adds_nothing(client, tokens, tmp_path):

@@ -148,9 +148,11 @@ def test_paths_outside_the_allowed_roots_are_422(client, tokens, path, tmp_path)
     admin = as_role(client, tokens, "admin")
     plan_id = client.post("/api/plans", json=tiny_plan(), headers=admin).json()["id"]
     r = client.post("/api/runs", json={"plan_id": plan_id, "run": {"data": {"path": path}}}, headers=admin)
-    assert r.status_code == 422 and r.json()["detail"][0]["field"] == "run.data.path", r.text
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"][0]["field"] == "run.data.path", r.text
     ok = tmp_path / "x.txt"
     ok.write_text("x")
     r = client.post("/api/runs", json={"plan_id": plan_id, "run": {"data": {"path": str(ok)}, "model_path": path}},
                     headers=admin)
-    assert r.status_code == 422 and r.json()["detail"][0]["field"] == "run.model_path", r.text
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"][0]["field"] == "run.model_path", r.text

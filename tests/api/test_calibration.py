@@ -82,18 +82,23 @@ def test_calibration_lists_predicted_and_measured(client, tokens, points):
     assert r.status_code == 200, r.text
     body = r.json()
     runs = [p for p in body["points"] if p["source"] == "run"]
-    assert len(runs) == 1 and runs[0]["run_id"] == points["run_id"]
+    assert len(runs) == 1
+    assert runs[0]["run_id"] == points["run_id"]
     p = runs[0]
     assert p["measured_peak_allocated_gib"] == pytest.approx(p["predicted_peak_allocated_gib"] * 1.10, rel=1e-3)
     assert p["measured_tokens_per_s"] == pytest.approx(p["predicted_tokens_per_s"] * 0.9, rel=1e-3)
     assert p["measured_device_total_gib"] is None          # the trainer reported no device total
-    assert p["gpu"] == "H100-80GB" and p["features"].startswith("zero3+sp")
+    assert p["gpu"] == "H100-80GB"
+    assert p["features"].startswith("zero3+sp")
     gpu = body["by_gpu"][0]
-    assert gpu["gpu"] == "H100-80GB" and gpu["n"] == 2
+    assert gpu["gpu"] == "H100-80GB"
+    assert gpu["n"] == 2
     assert gpu["errors"]["peak_allocated_gib"]["n"] == 2
     assert gpu["errors"]["peak_allocated_gib"]["mean_error"] == pytest.approx(1 / 1.1 - 1, rel=1e-2)
     corr = gpu["correction"]["peak_allocated_gib"]
-    assert corr["factor"] == pytest.approx(1.10, rel=1e-3) and corr["residual"] < 1e-3 and corr["n"] == 2
+    assert corr["factor"] == pytest.approx(1.10, rel=1e-3)
+    assert corr["residual"] < 1e-3
+    assert corr["n"] == 2
     assert gpu["correction"]["device_total_gib"] is None   # one point: no fit
     assert {f["features"] for f in body["by_features"]} == {p["features"] for p in body["points"]}
 
@@ -111,7 +116,8 @@ def test_correction_is_opt_in_and_beside_the_estimate(client, tokens, points):
     # with measured rows for this GPU type the band is theirs: narrower than the corpus band, around the correction
     lo, hi = c["range"]
     clo, chi = plain["memory"]["peak_allocated_gib_range"]
-    assert lo <= c["corrected"] <= hi and hi - lo < chi - clo
+    assert lo <= c["corrected"] <= hi
+    assert hi - lo < chi - clo
 
 
 def test_run_page_fix_for_an_oomed_run(client, tokens):
@@ -119,14 +125,16 @@ def test_run_page_fix_for_an_oomed_run(client, tokens):
     r = client.get(f"/api/runs/{rid}/fix", headers=as_role(client, tokens, "viewer"))
     assert r.status_code == 200, r.text
     body = r.json()
-    assert body["fits"] and body["changes"][0]["field"] == "training.liger_kernel"
+    assert body["fits"]
+    assert body["changes"][0]["field"] == "training.liger_kernel"
     assert body["changes"][0]["from"] is False
     # a run that OOM'd although predicted to fit gets room for the planner's error
     from plan import max_seq_len
     fitted = alst_plan(8, 1, seq_len=max_seq_len(alst_plan(8, 1))["safe"])     # verdict "fits", at its edge
     rid = _run_with_metrics(fitted, "oom", {})
     body = client.get(f"/api/runs/{rid}/fix", headers=as_role(client, tokens, "viewer")).json()
-    assert body["changes"] and body["estimate"]["memory"]["device_total_gib_range"][1] <= 80 / 1.10
+    assert body["changes"]
+    assert body["estimate"]["memory"]["device_total_gib_range"][1] <= 80 / 1.10
 
 
 def test_recommend_and_fix_endpoints(client, tokens):
@@ -135,11 +143,14 @@ def test_recommend_and_fix_endpoints(client, tokens):
                     headers=h)
     assert r.status_code == 200, r.text
     recs = r.json()["recommendations"]
-    assert recs and all(x["plan"]["parallel"] == {"sp_size": 4, "dp_size": 2} for x in recs)   # locked
+    assert recs
+    assert all(x["plan"]["parallel"] == {"sp_size": 4, "dp_size": 2} for x in recs)  # locked
     r = client.post("/api/estimate/fix", json=OOM_262K, headers=h)
-    assert r.status_code == 200 and r.json()["changes"][0]["to"] is True
+    assert r.status_code == 200
+    assert r.json()["changes"][0]["to"] is True
     r = client.post("/api/estimate/sp-methods", json=OOM_262K, headers=h)
-    assert r.status_code == 200 and r.json()["label"] == "estimate: Ulysses Lab trains with Ulysses"
+    assert r.status_code == 200
+    assert r.json()["label"] == "estimate: Ulysses Lab trains with Ulysses"
 
 
 def test_a_cpu_run_is_filed_apart_from_the_gpu_it_plans_for(client, tokens, points):

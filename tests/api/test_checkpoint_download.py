@@ -35,7 +35,8 @@ def test_a_checkpoint_downloads_as_a_tar_of_its_directory(client, tokens, run_wi
     listed = client.get(f"/api/runs/{run_id}/checkpoints", headers=viewer).json()
     assert [c["name"] for c in listed] == ["stage0-checkpoint-3"]
     r = client.get(f"/api/runs/{run_id}/checkpoints/stage0-checkpoint-3", headers=viewer)
-    assert r.status_code == 200 and r.headers["content-type"] == "application/x-tar"
+    assert r.status_code == 200
+    assert r.headers["content-type"] == "application/x-tar"
     assert f'filename="run-{run_id}-stage0-checkpoint-3.tar"' in r.headers["content-disposition"]
     with tarfile.open(fileobj=io.BytesIO(r.content)) as tar:
         names = tar.getnames()
@@ -43,7 +44,8 @@ def test_a_checkpoint_downloads_as_a_tar_of_its_directory(client, tokens, run_wi
                          "stage0-checkpoint-3/global_step3/mp_rank_00_model_states.pt",
                          "stage0-checkpoint-3/latest", "stage0-checkpoint-3/trainer_state.json"]
         got = tar.extractfile("stage0-checkpoint-3/global_step3/mp_rank_00_model_states.pt")
-        assert got is not None and got.read() == weights
+        assert got is not None
+        assert got.read() == weights
         assert tar.getmember("stage0-checkpoint-3/latest").linkname == "global_step3"
     assert client.get(f"/api/runs/{run_id}/checkpoints/stage0-checkpoint-3").status_code == 401
 
@@ -63,7 +65,8 @@ def test_a_missing_checkpoint_is_a_404_naming_it(client, tokens, run_with_checkp
 def test_no_name_reaches_outside_the_checkpoints(client, tokens, run_with_checkpoint, name):
     run_id = run_with_checkpoint[0]
     r = client.get(f"/api/runs/{run_id}/checkpoints/{name}", headers=as_role(client, tokens, "viewer"))
-    assert r.status_code == 404 and b"not for download" not in r.content
+    assert r.status_code == 404
+    assert b"not for download" not in r.content
 
 
 def test_a_checkpoint_symlinked_out_of_the_run_is_refused(client, tokens, run_with_checkpoint, tmp_path):
@@ -73,4 +76,5 @@ def test_a_checkpoint_symlinked_out_of_the_run_is_refused(client, tokens, run_wi
     (outside / "trainer_state.json").write_text("{}")
     (run_dir / "checkpoints" / "stage0" / "checkpoint-5").symlink_to(outside)
     r = client.get(f"/api/runs/{run_id}/checkpoints/stage0-checkpoint-5", headers=as_role(client, tokens, "viewer"))
-    assert r.status_code == 404 and r.json()["detail"][0]["field"] == "name"
+    assert r.status_code == 404
+    assert r.json()["detail"][0]["field"] == "name"

@@ -46,5 +46,7 @@ def test_a_path_still_inside_the_roots_is_claimed(client, tokens, tmp_path):
     data.write_text("x\n")
     run_id = submit_approved(client, tokens, data)
     run = transitions.claim(run_id, "test-worker:1", token_id=7)
-    assert run is not None and run.state == "starting" and run.claimed_token_id == 7
+    assert run is not None
+    assert run.state == "starting"
+    assert run.claimed_token_id == 7
     assert transitions.claim(run_id, "test-worker:2") is None  # a second delivery gets nothing

@@ -78,7 +78,8 @@ def test_huge_sizes_and_gpu_figures_are_answered_not_raised(client, tokens):
         errors = r.json().get("errors") or r.json().get("estimate", {}).get("errors") or r.json().get("detail")
         assert errors[0]["field"] == "model.config.hidden_size"
         r = client.post(path, json=gpu, headers=headers)
-        assert r.status_code == 422 and r.json()["detail"][0]["field"].startswith("hardware.gpu."), r.text
+        assert r.status_code == 422, r.text
+        assert r.json()["detail"][0]["field"].startswith("hardware.gpu."), r.text
 
 
 def test_the_plan_model_refuses_an_infinite_size_itself():
@@ -88,7 +89,8 @@ def test_the_plan_model_refuses_an_infinite_size_itself():
     p = tiny_plan()
     p["model"]["config"]["hidden_size"] = float("inf")
     v = planner.validate(p)
-    assert v.errors and v.errors[0]["field"] == "model.config.hidden_size"
+    assert v.errors
+    assert v.errors[0]["field"] == "model.config.hidden_size"
 
 
 def test_body_size_limits(client, tokens):
@@ -96,7 +98,8 @@ def test_body_size_limits(client, tokens):
     before = count_plans(client, headers)
     big = with_config('"pad": "' + "a" * (1024 * 1024) + '"')
     r = raw(client, "/api/plans", big, headers)
-    assert r.status_code == 413 and r.json()["detail"][0]["field"] == "body", r.text
+    assert r.status_code == 413, r.text
+    assert r.json()["detail"][0]["field"] == "body", r.text
     assert count_plans(client, headers) == before
     # metric batches have their own, larger limit: a 2 MB batch reaches the route (unknown run: 404)
     points = [{"rank": 0, "step": i, "name": "loss", "value": 1.0, "wall_time": 0.0} for i in range(1, 30_000)]
@@ -158,4 +161,5 @@ def test_a_server_error_carries_the_security_headers(app_env):
 
     r = TestClient(app, raise_server_exceptions=False).get("/api/boom")
     assert r.status_code == 500
-    assert r.headers["x-content-type-options"] == "nosniff" and r.headers["x-frame-options"] == "DENY"
+    assert r.headers["x-content-type-options"] == "nosniff"
+    assert r.headers["x-frame-options"] == "DENY"

@@ -73,11 +73,14 @@ def test_a_checkpoint_without_a_tokenizer_is_refused_at_approval_naming_the_fiel
     r = submit(client, admin, tiny_plan(), {"data": {"path": str(data)}, "model_path": "acme/no-tokenizer"})
     assert r.status_code == 201, r.text
     field, message = error(client.post(f"/api/runs/{r.json()['id']}/approve", headers=admin))
-    assert field == "run.model_path" and "holds no tokenizer files" in message and "run.tokenizer" in message
+    assert field == "run.model_path"
+    assert "holds no tokenizer files" in message
+    assert "run.tokenizer" in message
     r = submit(client, admin, tiny_plan(), {"data": {"path": str(data)}, "model_path": "acme/no-tokenizer",
                                             "tokenizer": str(bare)})
     field, message = error(client.post(f"/api/runs/{r.json()['id']}/approve", headers=admin))
-    assert field == "run.tokenizer" and "holds no tokenizer" in message
+    assert field == "run.tokenizer"
+    assert "holds no tokenizer" in message
     save_tiny_tokenizer(models_dir / "acme" / "a-tokenizer")
     r = submit(client, admin, tiny_plan(), {"data": {"path": str(data)}, "model_path": "acme/no-tokenizer",
                                             "tokenizer": "acme/a-tokenizer"})  # a name under the models root
@@ -89,14 +92,16 @@ def test_a_checkpoint_without_a_tokenizer_is_refused_at_approval_naming_the_fiel
 def test_a_preset_without_a_checkpoint_is_refused_at_submit(client, admin, data):
     field, message = error(submit(client, admin, PRESET, {"data": {"path": str(data)}}))
     assert field == "run.model_path"
-    assert "model.preset Qwen/Qwen3-4B has no checkpoint" in message and "models/Qwen/Qwen3-4B" in message
+    assert "model.preset Qwen/Qwen3-4B has no checkpoint" in message
+    assert "models/Qwen/Qwen3-4B" in message
 
 
 def test_a_preset_resolves_to_its_directory_and_the_architecture_must_match(client, admin, models_dir, data):
     save_tiny_checkpoint(models_dir / "Qwen" / "Qwen3-4B", weights=False)  # a tiny llama where Qwen3-4B belongs
     field, message = error(submit(client, admin, PRESET, {"data": {"path": str(data)}}))
     assert field == "run.model_path"
-    assert "model_type='llama'" in message and "model_type='qwen3'" in message
+    assert "model_type='llama'" in message
+    assert "model_type='qwen3'" in message
 
 
 def test_each_architecture_field_is_named(client, admin, models_dir, data):
@@ -105,13 +110,15 @@ def test_each_architecture_field_is_named(client, admin, models_dir, data):
         directory = save_tiny_checkpoint(models_dir / f"other-{key}", weights=False, **{key: value})
         field, message = error(submit(client, admin, tiny_plan(), {"data": {"path": str(data)},
                                                                    "model_path": str(directory)}))
-        assert field == "run.model_path" and f"{key}={value!r}" in message, message
+        assert field == "run.model_path", message
+        assert f"{key}={value!r}" in message, message
 
 
 def test_a_directory_without_config_json_is_refused(client, admin, models_dir, data):
     (models_dir / "empty").mkdir(parents=True, exist_ok=True)
     field, message = error(submit(client, admin, tiny_plan(), {"data": {"path": str(data)}, "model_path": "empty"}))
-    assert field == "run.model_path" and "has no config.json" in message
+    assert field == "run.model_path"
+    assert "has no config.json" in message
 
 
 def test_a_hub_id_is_kept_when_its_config_is_in_the_hub_cache(client, admin, data, empty_hub_cache, models_dir):
@@ -128,14 +135,16 @@ def test_a_hub_id_is_kept_when_its_config_is_in_the_hub_cache(client, admin, dat
     (snapshot / "config.json").write_text(json.dumps(cfg))
     field, message = error(submit(client, admin, tiny_plan(), {"data": {"path": str(data)},
                                                                "model_path": "acme/cached-tiny"}))
-    assert field == "run.model_path" and "hidden_size=96" in message
+    assert field == "run.model_path"
+    assert "hidden_size=96" in message
 
 
 def test_approval_refuses_a_hub_id_that_is_not_downloaded_and_a_missing_data_file(client, admin, tmp_path, data):
     r = submit(client, admin, tiny_plan(), {"data": {"path": str(data)}, "model_path": "acme/not-downloaded"})
     assert r.status_code == 201, r.text  # it may be downloaded before approval
     field, message = error(client.post(f"/api/runs/{r.json()['id']}/approve", headers=admin))
-    assert field == "run.model_path" and "acme/not-downloaded is not downloaded" in message
+    assert field == "run.model_path"
+    assert "acme/not-downloaded is not downloaded" in message
     assert client.get(f"/api/runs/{r.json()['id']}", headers=admin).json()["state"] == "pending_approval"
 
     gone = tmp_path / "gone.txt"
@@ -160,4 +169,5 @@ def test_a_name_neither_a_path_nor_a_hub_id_is_a_422_naming_the_field(client, ad
 
 def test_an_over_long_data_path_part_is_a_422_naming_the_field(client, admin):
     field, message = error(submit(client, admin, tiny_plan(), {"data": {"path": LONG_PART}}))
-    assert field == "run.data.path" and "255 bytes" in message, message
+    assert field == "run.data.path", message
+    assert "255 bytes" in message, message

@@ -74,31 +74,36 @@ def test_api_effective_and_dry_run_agree(name, client, tokens, tmp_path):
     assert flat(api_effective) == flat(effective) == flat(stored) == flat(dry["plan"])
     assert not (tmp_path / "run").exists()  # a dry run starts nothing
     asked = dry["plan"]["training"]["attn_implementation"]  # this machine: CPU ranks run sdpa, and say so
-    assert dry["attention"]["requested"] == asked and dry["attention"]["runs"] == "sdpa", dry["attention"]
+    assert dry["attention"]["requested"] == asked, dry["attention"]
+    assert dry["attention"]["runs"] == "sdpa", dry["attention"]
 
     # the estimate is the same from the API and the command line, and reads the same defaulted plan
     code, out = cli("plan", "--json", str(path))
-    assert code == 0 and json.loads(out) == client.post("/api/estimate", json=plan, headers=headers).json()
+    assert code == 0
+    assert json.loads(out) == client.post("/api/estimate", json=plan, headers=headers).json()
 
     # what the plan turns into says what the plan says
     t, ds, par, args = effective["training"], dry["deepspeed"], dry["parallelism"], dry["training_args"]
     z = ds["zero_optimization"]
     assert z["stage"] == t["zero_stage"]
-    assert ("offload_optimizer" in z) == t["offload_optimizer"] and ("offload_param" in z) == t["offload_params"]
+    assert ("offload_optimizer" in z) == t["offload_optimizer"]
+    assert ("offload_param" in z) == t["offload_params"]
     assert ds["train_micro_batch_size_per_gpu"] == args["per_device_train_batch_size"] == t["micro_batch_size"]
     assert ds["gradient_accumulation_steps"] == args["gradient_accumulation_steps"] == t["grad_accum"]
     assert ds["bf16"]["enabled"] == args["bf16"] == (t["dtype"] == "bf16")
     assert ds["fp16"]["enabled"] == args["fp16"] == (t["dtype"] == "fp16")
     assert ds["gradient_clipping"] == args["max_grad_norm"] == t["max_grad_norm"]
     assert args["activation_checkpointing"] == t["activation_checkpointing"]
-    assert par["sp_size"] == effective["parallel"]["sp_size"] and par["sp_backend"] == "deepspeed"
+    assert par["sp_size"] == effective["parallel"]["sp_size"]
+    assert par["sp_backend"] == "deepspeed"
     assert par["dp_shard_size"] == effective["parallel"]["dp_size"]
     assert ds["seq_parallel_communication_data_type"] == t["seq_parallel_communication_data_type"]
     assert args["use_liger_kernel"] == t["liger_kernel"]
     assert ds["zero_force_ds_cpu_optimizer"] is True  # DeepSpeedCPUAdam whenever the optimizer is offloaded
     assert dry["stop_grace_s"] == effective["run"].get("stop_grace_s", dry["stop_grace_s"]) >= 30
     assert par["sp_attn_implementation"] == (t["attn_implementation"] if dry["device"] == "cuda" else "sdpa")
-    assert args["max_steps"] == effective["run"]["steps"] and args["learning_rate"] == effective["run"]["learning_rate"]
+    assert args["max_steps"] == effective["run"]["steps"]
+    assert args["learning_rate"] == effective["run"]["learning_rate"]
 
 
 def test_the_minimal_plan_gets_the_alst_defaults_everywhere(client, tokens, tmp_path):
@@ -109,7 +114,8 @@ def test_the_minimal_plan_gets_the_alst_defaults_everywhere(client, tokens, tmp_
     assert (t["zero_stage"], t["activation_checkpointing"], t["attn_implementation"]) == (3, True, "flash_attention_2")
     assert json.loads(out)["hardware"]["gpus_per_node"] == 1  # one default, the same in the API and the planner
     e = client.post("/api/estimate", json=MINIMAL, headers=as_role(client, tokens, "viewer")).json()
-    assert e["valid"] and e["memory"]["breakdown_gib"]["optimizer"] > 0  # ZeRO-3 on one GPU: states on it
+    assert e["valid"]
+    assert e["memory"]["breakdown_gib"]["optimizer"] > 0  # ZeRO-3 on one GPU: states on it
 
 
 MISSPELT = {"model": {"preset": "Qwen/Qwen3-4B"}, "hardware": {"gpu": "H100-80GB"},
@@ -122,13 +128,17 @@ def test_a_misspelt_key_is_refused_with_a_hint_everywhere(client, tokens, tmp_pa
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(MISSPELT))
     code, out = cli("plan", "--json", str(path))
-    assert code == 1 and json.loads(out)["errors"] == want
+    assert code == 1
+    assert json.loads(out)["errors"] == want
     code, out = cli("plan", "--json", str(path), "--effective")
-    assert code == 1 and json.loads(out)["errors"] == want
+    assert code == 1
+    assert json.loads(out)["errors"] == want
     r = client.post("/api/estimate", json=MISSPELT, headers=as_role(client, tokens, "viewer"))
-    assert r.status_code == 422 and r.json()["detail"] == want
+    assert r.status_code == 422
+    assert r.json()["detail"] == want
     r = client.post("/api/plans", json={**MISSPELT, "name": "x"}, headers=as_role(client, tokens, "submitter"))
-    assert r.status_code == 422 and r.json()["detail"] == want
+    assert r.status_code == 422
+    assert r.json()["detail"] == want
     path.write_text(json.dumps(MISSPELT | {"run": RUN | {"model_path": "Qwen/Qwen3-4B"}}))
     code, _ = cli("train", "--plan", str(path), "--run-dir", str(tmp_path / "r"), "--dry-run")
     assert code == 2
@@ -136,7 +146,8 @@ def test_a_misspelt_key_is_refused_with_a_hint_everywhere(client, tokens, tmp_pa
 
 def test_defaults_endpoint_is_the_model(client, tokens):
     d = client.get("/api/plans/defaults", headers=as_role(client, tokens, "viewer")).json()
-    assert d["defaults"]["training"]["zero_stage"] == 3 and d["defaults"]["hardware"]["gpus_per_node"] == 1
+    assert d["defaults"]["training"]["zero_stage"] == 3
+    assert d["defaults"]["hardware"]["gpus_per_node"] == 1
     assert d["choices"]["training.attn_implementation"] == ["flash_attention_2", "flash_attention_3", "sdpa",
                                                             "flex_attention", "eager"]
     assert d["plan"]["training"]["activation_checkpointing"] is True  # the example, defaulted

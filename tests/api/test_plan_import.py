@@ -17,18 +17,22 @@ def test_the_guide_setup_pasted(client, tokens):
     out = r.json()
     assert [e["field"] for e in out["errors"]] == ["--num_gpus"]
     assert "sequence_parallelism" in [w["field"] for w in out["warnings"]]
-    assert out["plan"]["training"]["seq_len"] == 524288 and out["estimate"]["valid"]
+    assert out["plan"]["training"]["seq_len"] == 524288
+    assert out["estimate"]["valid"]
 
 
 def test_malformed_text_is_a_422_naming_the_line(client, tokens):
     viewer = as_role(client, tokens, "viewer")
     r = client.post("/api/plans/import", json={"ds_config": '{\n "fp16": {"enabled": true},\n}'}, headers=viewer)
     assert r.status_code == 422
-    assert r.json()["detail"][0]["field"] == "ds_config" and "line 3" in r.json()["detail"][0]["message"]
+    assert r.json()["detail"][0]["field"] == "ds_config"
+    assert "line 3" in r.json()["detail"][0]["message"]
     r = client.post("/api/plans/import", json={"accelerate_config": "a: 1\nb: [\n"}, headers=viewer)
-    assert r.status_code == 422 and r.json()["detail"][0]["field"] == "accelerate_config"
+    assert r.status_code == 422
+    assert r.json()["detail"][0]["field"] == "accelerate_config"
     r = client.post("/api/plans/import", json={"launch": "srun x.py"}, headers=viewer)
-    assert r.status_code == 422 and r.json()["detail"][0]["field"] == "launch"
+    assert r.status_code == 422
+    assert r.json()["detail"][0]["field"] == "launch"
     assert client.post("/api/plans/import", json={}, headers=viewer).status_code == 422
 
 

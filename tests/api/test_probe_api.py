@@ -24,11 +24,15 @@ def test_bad_probe_requests_name_the_field(client, tokens):
     admin = as_role(client, tokens, "admin")
     plan_id = _plan_id(client, admin, layers=4)
     r = client.post(f"/api/plans/{plan_id}/probe", json={"depths": [1, 2, 8]}, headers=admin)
-    assert r.status_code == 422 and r.json()["detail"][0]["field"] == "depths" and "4 layers" in r.text
+    assert r.status_code == 422
+    assert r.json()["detail"][0]["field"] == "depths"
+    assert "4 layers" in r.text
     r = client.post(f"/api/plans/{plan_id}/probe", json={"steps": 1}, headers=admin)
-    assert r.status_code == 422 and "steps" in r.text
+    assert r.status_code == 422
+    assert "steps" in r.text
     r = client.post(f"/api/plans/{plan_id}/probe", json={"depth": [1]}, headers=admin)
-    assert r.status_code == 422 and "depth" in r.text
+    assert r.status_code == 422
+    assert "depth" in r.text
     assert client.post("/api/plans/999999/probe", headers=admin).status_code == 404
     assert client.post(f"/api/plans/{plan_id}/probe", headers=as_role(client, tokens, "viewer")).status_code == 403
 
@@ -44,7 +48,8 @@ def test_a_stored_plan_that_no_longer_validates_is_a_422_naming_the_field(client
         row.spec = {**row.spec, "training": {**row.spec["training"], "zero_stage": 7}}
         s.commit()
     r = client.post(f"/api/plans/{plan_id}/probe", headers=admin)
-    assert r.status_code == 422 and r.json()["detail"][0]["field"] == "training.zero_stage"
+    assert r.status_code == 422
+    assert r.json()["detail"][0]["field"] == "training.zero_stage"
 
 
 def test_no_worker_on_the_queue_says_so_without_hanging(client, tokens):
@@ -71,7 +76,8 @@ def test_a_worker_busy_training_counts_as_a_worker(client, tokens, tmp_path):
     try:
         r = client.post(f"/api/plans/{_plan_id(client, admin)}/probe", headers=admin)
         assert r.status_code == 202, r.text
-        assert r.json()["kind"] == "probe" and r.json()["state"] == "queued"
+        assert r.json()["kind"] == "probe"
+        assert r.json()["state"] == "queued"
     finally:
         transitions.finish(busy, 1, RunState.SUCCEEDED, None, last_step=0)
 
@@ -95,13 +101,16 @@ def test_a_finished_probe_is_stored_with_the_plan_and_calibration(client, tokens
         s.commit()
         result = record_probe(s, run)
         run_id = run.id
-    assert result is not None and result["run_id"] == run_id
+    assert result is not None
+    assert result["run_id"] == run_id
     stored = client.get(f"/api/plans/{plan_id}", headers=admin).json()["probe"]
-    assert stored["extrapolated"]["peak_allocated_gib"] == 0.1 and stored["run_id"] == run_id
+    assert stored["extrapolated"]["peak_allocated_gib"] == 0.1
+    assert stored["run_id"] == run_id
     assert stored["verdict"]["text"].startswith("measured: fits with 80 GiB to spare")
     points = client.get("/api/calibration", headers=admin).json()["points"]
     mine = [p for p in points if p["source"] == "probe" and p["run_id"] == run_id]
-    assert len(mine) == 1 and mine[0]["gpu"] == "cpu"  # CPU ranks never enter the H100's rows
+    assert len(mine) == 1
+    assert mine[0]["gpu"] == "cpu"  # CPU ranks never enter the H100's rows
     assert mine[0]["measured_peak_allocated_gib"] == 0.1
 
 
@@ -132,14 +141,16 @@ def test_an_approver_setting_requires_a_passing_probe_for_a_tight_plan(client, t
     try:
         run_id = pending_tight()
         r = client.post(f"/api/runs/{run_id}/approve", headers=admin)
-        assert r.status_code == 409 and r.json()["detail"][0]["field"] == "probe"
+        assert r.status_code == 409
+        assert r.json()["detail"][0]["field"] == "probe"
         assert "it has not been probed" in r.text
         plan_id = client.get(f"/api/runs/{run_id}", headers=admin).json()["plan_id"]
         with get_sessionmaker()() as s:
             s.get(PlanRow, plan_id).probe = {"verdict": {"fits": False, "text": "measured: does not fit, 88 GiB of 80"}}
             s.commit()
         r = client.post(f"/api/runs/{run_id}/approve", headers=admin)
-        assert r.status_code == 409 and "measured: does not fit, 88 GiB of 80" in r.text
+        assert r.status_code == 409
+        assert "measured: does not fit, 88 GiB of 80" in r.text
         with get_sessionmaker()() as s:
             s.get(PlanRow, plan_id).probe = {"verdict": {"fits": True, "text": "measured: fits with 11 GiB to spare"}}
             s.commit()
@@ -165,7 +176,8 @@ def test_a_probe_is_queued_as_a_run_of_kind_probe(client, tokens, tmp_path, monk
     assert r.status_code == 202, r.text
     run = r.json()
     assert (run["kind"], run["state"], run["plan_id"], run["steps"]) == ("probe", "queued", plan_id, 0)
-    assert run["approved_by"] is not None and "run" not in run["spec"]
+    assert run["approved_by"] is not None
+    assert "run" not in run["spec"]
     from backend.core.db import get_sessionmaker
     from backend.runs.models import Run
 

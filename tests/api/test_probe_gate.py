@@ -54,7 +54,8 @@ def test_slow_tokens_per_s_stop_at_the_last_checked_step(client, tokens, tmp_pat
     assert not client.get(f"/api/runs/{run_id}", headers=admin).json()["cancel_requested"]  # window not over
     ingest(client, admin, run_id, _step(3, tps=predicted * 0.38))
     run = client.get(f"/api/runs/{run_id}", headers=admin).json()
-    assert run["cancel_requested"] and run["alerts"][0]["kind"] == "probe_failed"
+    assert run["cancel_requested"]
+    assert run["alerts"][0]["kind"] == "probe_failed"
     assert run["alerts"][0]["message"] == (f"probe: {predicted * 0.38:,.0f} tokens/s, 38% of the predicted "
                                            f"{predicted:,.0f} (limit 50%)")
 
@@ -64,7 +65,8 @@ def test_a_nan_loss_in_the_window_fails_the_probe(client, tokens, tmp_path):
     run_id = running_run(client, admin, tmp_path, probe=GATE)
     ingest(client, admin, run_id, _step(1, loss=math.nan))
     run = client.get(f"/api/runs/{run_id}", headers=admin).json()
-    assert run["cancel_requested"] and run["exit_reason"].startswith("stopped: smoke test failed (probe: loss is nan")
+    assert run["cancel_requested"]
+    assert run["exit_reason"].startswith("stopped: smoke test failed (probe: loss is nan")
 
 
 def test_a_passing_window_and_later_steps_raise_nothing(client, tokens, tmp_path):
@@ -75,7 +77,8 @@ def test_a_passing_window_and_later_steps_raise_nothing(client, tokens, tmp_path
         ingest(client, admin, run_id, _step(s, tps=predicted * 0.8))
     ingest(client, admin, run_id, _step(4, tps=predicted * 0.1, alloc=(79.0, 79.0)))  # after the window
     run = client.get(f"/api/runs/{run_id}", headers=admin).json()
-    assert run["alerts"] == [] and not run["cancel_requested"]
+    assert run["alerts"] == []
+    assert not run["cancel_requested"]
     # without the section, the same memory stops nothing
     plain = running_run(client, admin, tmp_path)
     ingest(client, admin, plain, _step(1, alloc=(79.0, 79.0)))
@@ -88,4 +91,5 @@ def test_the_gate_section_is_validated(client, tokens, tmp_path):
     r = client.post("/api/runs", json={"plan_id": plan_id, "run": {"data": {"path": "x"},
                                                                    "probe": {"max_memory_fraction": 1.5}}},
                     headers=admin)
-    assert r.status_code == 422 and "run.probe.max_memory_fraction" in r.text
+    assert r.status_code == 422
+    assert "run.probe.max_memory_fraction" in r.text

@@ -39,7 +39,8 @@ def test_a_never_approved_run_cancelled_then_retried_is_refused(client, tokens, 
     run_id = submitted_run(client, admin, tmp_path)
     assert client.post(f"/api/runs/{run_id}/cancel", headers=admin).json()["state"] == "cancelled"
     r = client.post(f"/api/runs/{run_id}/retry", headers=admin)
-    assert r.status_code == 409 and r.json()["detail"][0]["field"] == "state", r.text
+    assert r.status_code == 409, r.text
+    assert r.json()["detail"][0]["field"] == "state", r.text
     assert "never approved" in r.json()["detail"][0]["message"]
     run = client.get(f"/api/runs/{run_id}", headers=admin).json()
     assert (run["state"], run["attempt"], run["approved_by"]) == ("cancelled", 1, None)
@@ -52,7 +53,8 @@ def test_a_retry_passes_the_fit_check_and_records_who_queued_each_attempt(client
     r = client.post(f"/api/runs/{run_id}/approve", headers=bearer(approver))
     assert r.json()["queued_by"] == approver_id, r.text
     run = transitions.claim(run_id, "w:1", token_id=None)
-    assert run is not None and transitions.start(run_id, 1, str(tmp_path))
+    assert run is not None
+    assert transitions.start(run_id, 1, str(tmp_path))
     assert transitions.finish(run_id, 1, RunState.FAILED, "boom")
     # the estimate now says it does not fit (as if the plan had grown): the retry is refused, as approval would be
     with session_scope() as s:
@@ -60,14 +62,16 @@ def test_a_retry_passes_the_fit_check_and_records_who_queued_each_attempt(client
         fits = copy.deepcopy(stored.estimate)
         stored.estimate = {**fits, "memory": {**fits["memory"], "fits": False, "device_total_gib": 54895.0}}
     r = client.post(f"/api/runs/{run_id}/retry", headers=admin)
-    assert r.status_code == 409 and r.json()["detail"][0]["field"] == "estimate.memory", r.text
+    assert r.status_code == 409, r.text
+    assert r.json()["detail"][0]["field"] == "estimate.memory", r.text
     assert client.get(f"/api/runs/{run_id}", headers=admin).json()["state"] == "failed"
     with session_scope() as s:
         stored = s.get_one(Run, run_id)
         stored.estimate = fits
     retrier, retrier_id = new_token(Role.APPROVER)
     r = client.post(f"/api/runs/{run_id}/retry", headers=bearer(retrier))
-    assert r.status_code == 200 and r.json()["attempt"] == 2, r.text
+    assert r.status_code == 200, r.text
+    assert r.json()["attempt"] == 2, r.text
     assert r.json()["queued_by"] == retrier_id
     attempts = client.get(f"/api/runs/{run_id}", headers=admin).json()["attempts"]
     assert [(a["attempt"], a["queued_by"]) for a in attempts] == [(1, approver_id)]
@@ -79,11 +83,13 @@ def test_a_worker_token_cannot_write_a_run_no_worker_holds(client, tokens, tmp_p
     cancelled = submitted_run(client, admin, tmp_path)  # cancelled before it started: nobody claimed it
     assert client.post(f"/api/runs/{cancelled}/cancel", headers=admin).status_code == 200
     r = client.post(f"/api/runs/{cancelled}/metrics", json=points(1), headers=bearer(worker))
-    assert r.status_code == 403 and r.json()["detail"][0]["field"] == "authorization", r.text
+    assert r.status_code == 403, r.text
+    assert r.json()["detail"][0]["field"] == "authorization", r.text
 
     run_id = queued_run(client, tokens, tmp_path)  # a queued retry: its claim was cleared
     assert transitions.claim(run_id, "w:1", token_id=worker_id) is not None
-    assert transitions.start(run_id, 1, str(tmp_path)) and transitions.finish(run_id, 1, RunState.LOST, "x")
+    assert transitions.start(run_id, 1, str(tmp_path))
+    assert transitions.finish(run_id, 1, RunState.LOST, "x")
     assert client.post(f"/api/runs/{run_id}/retry", headers=admin).json()["state"] == "queued"
     r = client.post(f"/api/runs/{run_id}/metrics", json=points(1), headers=bearer(worker))
     assert r.status_code == 403, r.text
@@ -95,14 +101,16 @@ def test_completeness_counts_the_live_attempts_points(client, tokens, tmp_path):
     admin = as_role(client, tokens, "admin")
     run_id = queued_run(client, tokens, tmp_path)
     steps = client.get(f"/api/runs/{run_id}", headers=admin).json()["steps"]
-    assert transitions.claim(run_id, "w:1", token_id=first_id) and transitions.start(run_id, 1, str(tmp_path))
+    assert transitions.claim(run_id, "w:1", token_id=first_id)
+    assert transitions.start(run_id, 1, str(tmp_path))
     r = client.post(f"/api/runs/{run_id}/metrics", json=points(*range(1, steps + 1), first_step=1),
                     headers=bearer(first))
     assert r.status_code == 200, r.text
     assert transitions.finish(run_id, 1, RunState.LOST, "torchrun killed")
     assert client.post(f"/api/runs/{run_id}/retry", headers=admin).status_code == 200
     # attempt 2 starts from scratch and stores every step but the last: attempt 1's last step must not count
-    assert transitions.claim(run_id, "w:2", token_id=second_id) and transitions.start(run_id, 2, str(tmp_path))
+    assert transitions.claim(run_id, "w:2", token_id=second_id)
+    assert transitions.start(run_id, 2, str(tmp_path))
     r = client.post(f"/api/runs/{run_id}/metrics", json=points(*range(1, steps), first_step=1),
                     headers=bearer(second))
     assert r.status_code == 200, r.text
@@ -118,11 +126,13 @@ def test_a_resumed_attempt_counts_the_steps_before_its_checkpoint(client, tokens
     run_id = queued_run(client, tokens, tmp_path)
     steps = client.get(f"/api/runs/{run_id}", headers=admin).json()["steps"]
     assert steps >= 3
-    assert transitions.claim(run_id, "w:1", token_id=first_id) and transitions.start(run_id, 1, str(tmp_path))
+    assert transitions.claim(run_id, "w:1", token_id=first_id)
+    assert transitions.start(run_id, 1, str(tmp_path))
     client.post(f"/api/runs/{run_id}/metrics", json=points(1, 2, first_step=1), headers=bearer(first))
     assert transitions.finish(run_id, 1, RunState.LOST, "x")
     assert client.post(f"/api/runs/{run_id}/retry", headers=admin).status_code == 200
-    assert transitions.claim(run_id, "w:2", token_id=first_id) and transitions.start(run_id, 2, str(tmp_path))
+    assert transitions.claim(run_id, "w:2", token_id=first_id)
+    assert transitions.start(run_id, 2, str(tmp_path))
     # resumed from the checkpoint at step 2: its file starts at step 3
     r = client.post(f"/api/runs/{run_id}/metrics", json=points(*range(3, steps + 1), first_step=3),
                     headers=bearer(first))
@@ -136,8 +146,10 @@ def test_tags_and_notes_of_another_submitters_run_are_refused(client, tokens, tm
     other, _ = new_token(Role.SUBMITTER)
     run_id = submitted_run(client, bearer(owner), tmp_path)
     r = client.patch(f"/api/runs/{run_id}", json={"notes": "mine now"}, headers=bearer(other))
-    assert r.status_code == 403 and r.json()["detail"][0]["field"] == "authorization", r.text
+    assert r.status_code == 403, r.text
+    assert r.json()["detail"][0]["field"] == "authorization", r.text
     assert client.patch(f"/api/runs/{run_id}", json={"notes": "owner"}, headers=bearer(owner)).status_code == 200
     approver = as_role(client, tokens, "approver")
     r = client.patch(f"/api/runs/{run_id}", json={"tags": ["checked"]}, headers=approver)
-    assert r.status_code == 200 and r.json()["notes"] == "owner", r.text
+    assert r.status_code == 200, r.text
+    assert r.json()["notes"] == "owner", r.text

@@ -61,23 +61,27 @@ def test_recommend_never_proposes_a_flash_kernel_to_a_queue_with_only_sdpa(clien
     # no worker up: the search proposes the flash kernels (Hopper: FA2 and FA3)
     free = client.post("/api/estimate/recommend", json={"plan": _open_plan()}, headers=viewer)
     assert free.status_code == 200, free.text
-    assert free.json()["queue_kernels"] is None and "flash_attention_3" in _kernels(free.json()), free.json()
+    assert free.json()["queue_kernels"] is None, free.json()
+    assert "flash_attention_3" in _kernels(free.json()), free.json()
 
     _report("celery@sdpa-only", ["sdpa"])
     try:
         r = client.post("/api/estimate/recommend", json={"plan": _open_plan()}, headers=viewer)
         assert r.status_code == 200, r.text
         body = r.json()
-        assert body["queue_kernels"] == ["sdpa"] and body["recommendations"], body
+        assert body["queue_kernels"] == ["sdpa"], body
+        assert body["recommendations"], body
         assert _kernels(body) == {"sdpa"}, _kernels(body)
         longest = client.post("/api/estimate/recommend", json={"plan": _open_plan(), "longest": True}, headers=viewer)
-        assert longest.status_code == 200 and _kernels(longest.json()) == {"sdpa"}, longest.text
+        assert longest.status_code == 200, longest.text
+        assert _kernels(longest.json()) == {"sdpa"}, longest.text
 
         # a plan that asks for FA3 itself: refused, naming the field, rather than recommended
         plan = tiny_plan()
         plan["training"]["attn_implementation"] = "flash_attention_3"
         asked = client.post("/api/estimate/recommend", json={"plan": plan}, headers=viewer).json()
-        assert asked["recommendations"] == [] and asked["errors"][0]["field"] == "training.attn_implementation"
+        assert asked["recommendations"] == []
+        assert asked["errors"][0]["field"] == "training.attn_implementation"
         assert "flash_attention_3 is not installed" in asked["errors"][0]["message"], asked
 
         # fix: the plan is moved to what the queue has (first change, even though the plan fits), no Liger
@@ -86,7 +90,8 @@ def test_recommend_never_proposes_a_flash_kernel_to_a_queue_with_only_sdpa(clien
         f = fixed.json()
         assert f["changes"][0] == {**f["changes"][0], "field": "training.attn_implementation",
                                    "from": "flash_attention_3", "to": "sdpa"}, f["changes"]
-        assert f["plan"]["training"]["attn_implementation"] == "sdpa" and f["queue_kernels"] == ["sdpa"]
+        assert f["plan"]["training"]["attn_implementation"] == "sdpa"
+        assert f["queue_kernels"] == ["sdpa"]
     finally:
         _stop("celery@sdpa-only")
 
@@ -126,10 +131,12 @@ def test_fix_proposes_liger_only_where_a_worker_of_the_queue_has_it(client, toke
     _report("celery@fa2", ["flash_attention_2", "sdpa"])
     try:
         without = client.post("/api/estimate/fix", json=plan, headers=viewer).json()
-        assert without["fits"] and without["changes"], without
+        assert without["fits"], without
+        assert without["changes"], without
         assert "training.liger_kernel" not in {c["field"] for c in without["changes"]}, without["changes"]
         recs = client.post("/api/estimate/recommend", json={"plan": plan}, headers=viewer).json()["recommendations"]
-        assert recs and not any(r["plan"]["training"]["liger_kernel"] for r in recs), recs
+        assert recs, recs
+        assert not any(r["plan"]["training"]["liger_kernel"] for r in recs), recs
         _report("celery@fa2", ["flash_attention_2", "sdpa"], liger="0.6.4")
         withit = client.post("/api/estimate/fix", json=plan, headers=viewer).json()
         assert [c["field"] for c in withit["changes"]] == ["training.liger_kernel"], withit["changes"]
@@ -173,9 +180,11 @@ def test_a_lost_worker_counts_for_nothing(client, tokens, tmp_path):
 
         _silence("celery@fa3", 3600)
         states = {w["name"]: w["state"] for w in client.get("/api/workers", headers=viewer).json()}
-        assert states["celery@fa3"] == "lost" and states["celery@fa2-only"] == "up", states
+        assert states["celery@fa3"] == "lost", states
+        assert states["celery@fa2-only"] == "up", states
         r = _approve(client, admin, tmp_path, plan)
-        assert r.status_code == 409 and r.json()["detail"][0]["field"] == "training.attn_implementation", r.text
+        assert r.status_code == 409, r.text
+        assert r.json()["detail"][0]["field"] == "training.attn_implementation", r.text
         assert _kernels(client.post("/api/estimate/recommend", json={"plan": _open_plan()},
                                     headers=viewer).json()) == {"flash_attention_2"}
     finally:

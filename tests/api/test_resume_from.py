@@ -38,7 +38,8 @@ def test_a_retry_from_a_listed_checkpoint_queues_it_and_a_wrong_one_is_refused(c
                       ("stage0/checkpoint-30", "has no complete checkpoint stage0/checkpoint-30"),
                       ("stage1/checkpoint-10", "on disk: stage0/checkpoint-10, stage0/checkpoint-20")):
         r = client.post(f"/api/runs/{run_id}/retry", json={"from_checkpoint": bad}, headers=admin)
-        assert r.status_code == 422 and r.json()["detail"][0]["field"] == "from_checkpoint", r.text
+        assert r.status_code == 422, r.text
+        assert r.json()["detail"][0]["field"] == "from_checkpoint", r.text
         assert says in r.json()["detail"][0]["message"], r.text
     r = client.post(f"/api/runs/{run_id}/retry", json={"from_checkpoint": "stage0/checkpoint-10"}, headers=admin)
     assert r.status_code == 200, r.text

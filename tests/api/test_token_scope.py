@@ -47,7 +47,8 @@ def test_a_worker_token_writes_only_the_run_it_claimed(client, tokens, tmp_path)
     assert write(client, run_id, mine).status_code == 409  # queued: nobody claimed it yet
     assert transitions.claim(run_id, "w:1", token_id=mine_id) is not None
     r = write(client, run_id, other)
-    assert r.status_code == 403 and r.json()["detail"][0]["field"] == "authorization", r.text
+    assert r.status_code == 403, r.text
+    assert r.json()["detail"][0]["field"] == "authorization", r.text
     assert write(client, run_id, mine).json() == {"accepted": 1}
     assert write(client, run_id, tokens["admin"]).status_code == 200  # an admin is not a worker
 
@@ -56,14 +57,16 @@ def test_no_writes_a_minute_after_the_run_ended(client, tokens, tmp_path):
     worker, worker_id = new_token(Role.WORKER)
     run_id = queued_run(client, tokens, tmp_path)
     run = transitions.claim(run_id, "w:1", token_id=worker_id)
-    assert run is not None and transitions.finish(run_id, run.attempt, RunState.SUCCEEDED, None)
+    assert run is not None
+    assert transitions.finish(run_id, run.attempt, RunState.SUCCEEDED, None)
     assert write(client, run_id, worker).status_code == 200  # the worker drains its last lines
     with session_scope() as s:
         ended = s.get_one(Run, run_id)
         ended.finished_at = transitions.as_utc(ended.finished_at) - timedelta(seconds=61)
     for token in (worker, tokens["admin"]):
         r = write(client, run_id, token)
-        assert r.status_code == 409 and r.json()["detail"][0]["field"] == "state", r.text
+        assert r.status_code == 409, r.text
+        assert r.json()["detail"][0]["field"] == "state", r.text
 
 
 def test_a_worker_reuses_its_token_across_starts(app_env, tmp_path):
@@ -74,20 +77,26 @@ def test_a_worker_reuses_its_token_across_starts(app_env, tmp_path):
     with get_sessionmaker()() as session:
         first, p1 = worker_token(session, settings)
         again, p2 = worker_token(session, settings)
-        assert again == first and p1 is not None and p2 is not None and p1.token_id == p2.token_id
+        assert again == first
+        assert p1 is not None
+        assert p2 is not None
+        assert p1.token_id == p2.token_id
         assert p1.role == Role.WORKER
         assert (settings.home / "worker-token").stat().st_mode & 0o777 == 0o600
         assert p1.token_id is not None
         revoke(session, p1.token_id)
         fresh, p3 = worker_token(session, settings)  # a revoked token is replaced, not reused
-        assert fresh != first and p3 is not None and p3.token_id != p1.token_id
+        assert fresh != first
+        assert p3 is not None
+        assert p3.token_id != p1.token_id
 
 
 def test_sign_out_revokes_the_cookie_token(app, tokens):
     viewer, viewer_id = new_token(Role.VIEWER)
     browser = TestClient(app)  # its own cookie jar
     r = browser.post("/api/session", json={"token": viewer})
-    assert r.status_code == 200 and r.json()["token_id"] == viewer_id  # the session acts as the token given
+    assert r.status_code == 200
+    assert r.json()["token_id"] == viewer_id  # the session acts as the token given
     cookie = browser.cookies["ulab_token"]
     assert cookie != viewer
     assert browser.get("/api/session").json()["token_id"] == viewer_id
@@ -116,10 +125,12 @@ def test_an_idempotency_key_makes_one_run_of_two_identical_submits(client, token
     assert again.json()["id"] == first.json()["id"]
     other_plan = client.post("/api/plans", json=tiny_plan(seq_len=1024), headers=mine).json()["id"]
     r = client.post("/api/runs", json={**body, "plan_id": other_plan}, headers=keyed)
-    assert r.status_code == 409 and r.json()["detail"][0]["field"] == "idempotency-key", r.text
+    assert r.status_code == 409, r.text
+    assert r.json()["detail"][0]["field"] == "idempotency-key", r.text
     # the same plan with another run section is another submit: refused, not answered with the first run
     r = client.post("/api/runs", json={**body, "run": {**body["run"], "steps": 7}}, headers=keyed)
-    assert r.status_code == 409 and "with another request body" in r.json()["detail"][0]["message"], r.text
+    assert r.status_code == 409, r.text
+    assert "with another request body" in r.json()["detail"][0]["message"], r.text
     # another token's key space is its own, and no key means a new run each time
     theirs = client.post("/api/runs", json=body, headers={**as_role(client, tokens, "approver"),
                                                          "Idempotency-Key": "submit-7f3a"})

@@ -290,6 +290,7 @@ def test_mlflow_gets_every_step_once_in_order_after_an_outage(client, tokens, tm
             params = run.data.params
             assert (params["estimate.device_total_gib_low"], params["estimate.device_total_gib_high"]) == \
                 (str(low), str(high))
-        assert run.data.tags["ulab.state"] == "succeeded" and run.info.status == "FINISHED"
+        assert run.data.tags["ulab.state"] == "succeeded"
+        assert run.info.status == "FINISHED"
     finally:
         link.down()

@@ -47,8 +47,10 @@ def test_this_machines_capabilities_are_read_from_what_is_installed():
     caps = capabilities()
     assert caps["versions"]["torch"] == torch.__version__
     assert caps["versions"]["transformers"] == transformers.__version__
-    assert caps["gpu_model"] is None and caps["gpu_count"] == 0  # this machine: CPU ranks
-    assert "sdpa" in caps["attn_implementations"] and "flash_attention_2" not in caps["attn_implementations"]
+    assert caps["gpu_model"] is None
+    assert caps["gpu_count"] == 0  # this machine: CPU ranks
+    assert "sdpa" in caps["attn_implementations"]
+    assert "flash_attention_2" not in caps["attn_implementations"]
 
 
 def test_workers_are_listed_and_approval_refuses_a_kernel_no_worker_of_the_queue_has(client, tokens, tmp_path):
@@ -76,7 +78,8 @@ def test_workers_are_listed_and_approval_refuses_a_kernel_no_worker_of_the_queue
         assert _approve(client, admin, tmp_path, plan).status_code == 200
         plan["training"]["liger_kernel"] = True
         r = _approve(client, admin, tmp_path, plan)
-        assert r.status_code == 409 and r.json()["detail"][0]["field"] == "training.liger_kernel", r.text
+        assert r.status_code == 409, r.text
+        assert r.json()["detail"][0]["field"] == "training.liger_kernel", r.text
     finally:
         _stop("celery@gpu-a", "celery@gpu-b")
     # no running worker of the queue: nothing is known, nothing refused (the run waits for a worker)
@@ -108,4 +111,5 @@ def test_the_dry_run_says_which_attention_runs():
     on_gpu = attention_that_runs(plan, cuda=True, installed=["eager", "flash_attention_2", "sdpa"])
     assert on_gpu["runs"] == "flash_attention_2"
     missing = attention_that_runs(plan, cuda=True, installed=["eager", "sdpa"])  # flash-attn not installed
-    assert missing["runs"] is None and "not installed" in missing["note"]
+    assert missing["runs"] is None
+    assert "not installed" in missing["note"]

@@ -33,7 +33,8 @@ def test_recommend_panel_and_use_this(api_server):
         first.wait_for(timeout=30_000)
         assert page.locator("[data-testid^=recommendation-]").count() >= 3
         text_ = first.inner_text()
-        assert "tokens/s" in text_ and ("NVLink" in text_ or "nodes" in text_)
+        assert "tokens/s" in text_
+        assert ("NVLink" in text_ or "nodes" in text_)
         assert page.inner_text("[data-testid=rec-tps-0]") not in ("", "–")
         first.scroll_into_view_if_needed()
         screenshot(page, "dashboard-recommend")
@@ -107,15 +108,18 @@ def test_calibration_page(stack, api, trained_run):
                      f'{e["memory"]["device_total_gib"] * d},{e["throughput"]["tokens_per_s"] * t}')
     (stack.home / "results" / "gpu-h100-e2e.csv").write_text("\n".join(lines) + "\n")
     r = api.post("/api/calibration/load")
-    assert r.status_code == 200 and r.json()["rows"] == 2, r.text
+    assert r.status_code == 200, r.text
+    assert r.json()["rows"] == 2, r.text
     assert m["fits"]
     body = api.get("/api/calibration").json()
     runs = [p for p in body["points"] if p["run_id"] == trained_run["id"]]
-    assert len(runs) == 1 and runs[0]["measured_tokens_per_s"] > 0     # recorded by the worker at the run's end
+    assert len(runs) == 1
+    assert runs[0]["measured_tokens_per_s"] > 0  # recorded by the worker at the run's end
     with chromium_page(height=1000) as page:
         page.goto(f"{stack.url}/#/calibration")
         page.locator("[data-testid=calibration-by-gpu]").wait_for(timeout=20_000)
         page.locator(f"[data-testid=calibration-point-{runs[0]['id']}]").wait_for(timeout=20_000)
         corr = page.inner_text("[data-testid='correction-H100-80GB-device_total_gib']")
-        assert corr.startswith("×1.0") and "residual" in corr
+        assert corr.startswith("×1.0")
+        assert "residual" in corr
         screenshot(page, "dashboard-calibration")

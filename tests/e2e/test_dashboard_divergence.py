@@ -57,10 +57,12 @@ def test_a_run_at_lr_10_stops_itself_and_a_resume_at_1e_3_trains_on(stack, api, 
         stopped_at = done["last_step"]
         print("lr=10:", done["exit_reason"], "last step", stopped_at)
         loss = api.get(f"/api/runs/{run_id}/metrics", params={"name": "loss", "points": 10_000}).json()
-        assert stopped_at <= STOP_BY and max(loss["series"][0]["step"]) == stopped_at, (stopped_at, loss)
+        assert stopped_at <= STOP_BY, (stopped_at, loss)
+        assert max(loss["series"][0]["step"]) == stopped_at, (stopped_at, loss)
         assert done["exit_reason"].startswith("stopped: "), done["exit_reason"]
         alert = next(a for a in done["alerts"] if a["stopped"])
-        assert alert["kind"] in ("loss_diverged", "loss_nan", "grad_norm_nan") and alert["step"] == stopped_at, alert
+        assert alert["kind"] in ("loss_diverged", "loss_nan", "grad_norm_nan"), alert
+        assert alert["step"] == stopped_at, alert
         assert done["exit_reason"] == f"stopped: loss diverged ({alert['message']})" or alert["kind"] != "loss_diverged"
         page.locator("[data-testid=run-state]").wait_for(timeout=20_000)
         page.wait_for_function("document.querySelector('[data-testid=run-state]')?.textContent.includes('stopped')",
@@ -70,18 +72,22 @@ def test_a_run_at_lr_10_stops_itself_and_a_resume_at_1e_3_trains_on(stack, api, 
                                timeout=20_000)
         events = api.get(f"/api/runs/{run_id}/events").json()
         end = events[-1]
-        assert end["kind"] == "attempt_ended" and end["state"] == "stopped" and end["message"] == done["exit_reason"]
+        assert end["kind"] == "attempt_ended"
+        assert end["state"] == "stopped"
+        assert end["message"] == done["exit_reason"]
         screenshot(page, "dashboard-run-diverged")
 
         # "resume from here" on the checkpoint the stop saved, at lr=10 again: diverges again, stopped again
         ck = api.get(f"/api/runs/{run_id}/checkpoints").json()[0]
-        assert ck["step"] == stopped_at and ck["complete"], ck
+        assert ck["step"] == stopped_at, ck
+        assert ck["complete"], ck
         ref = f"{ck['stage']}-{ck['step']}"
         resume_at(page, api, run_id, ref, "10", attempt=2)
         again = wait_for(api, run_id, {"stopped"}, timeout_s=400)
         assert again["attempt"] == 2, again
         second = [a for a in again["alerts"] if a["attempt"] == 2 and a["stopped"]]
-        assert len(second) == 1 and second[0]["step"] > stopped_at, again["alerts"]
+        assert len(second) == 1, again["alerts"]
+        assert second[0]["step"] > stopped_at, again["alerts"]
         assert again["last_step"] == second[0]["step"], (again["last_step"], second)  # stopped on the step it fired
         print("resumed at lr=10:", again["exit_reason"])
         page.wait_for_function("reason => document.body.innerText.includes(reason)", arg=again["exit_reason"],
@@ -91,16 +97,19 @@ def test_a_run_at_lr_10_stops_itself_and_a_resume_at_1e_3_trains_on(stack, api, 
         # "resume from here" on the first stop's checkpoint, at lr=1e-3 (the newer one is moved aside)
         resume_at(page, api, run_id, ref, "1e-3", attempt=3)
         run = api.get(f"/api/runs/{run_id}").json()
-        assert run["attempt"] == 3 and run["spec"]["run"]["learning_rate"] == 1e-3, run
+        assert run["attempt"] == 3, run
+        assert run["spec"]["run"]["learning_rate"] == 1e-3, run
         # it trains on to the end, with no alert of its own, at the new learning rate
         run = wait_for(api, run_id, {"succeeded"}, timeout_s=400)
-        assert run["attempt"] == 3 and run["last_step"] == STEPS
+        assert run["attempt"] == 3
+        assert run["last_step"] == STEPS
         # the stop rules re-armed on attempt 3's own steps: a reference kept from attempt 1 would fire at once;
         # a model that trained at lr=10 may still spike its grad norm once (an alert that stops nothing by default)
         assert [a for a in run["alerts"] if a["attempt"] == 3 and a["stopped"]] == [], run["alerts"]
         assert not [a for a in run["alerts"] if a["attempt"] == 3 and a["kind"] in ("loss_diverged", "loss_nan")]
         lr = api.get(f"/api/runs/{run_id}/metrics", params={"name": "lr", "start": ck["step"] + 1}).json()
-        assert lr["series"] and all(abs(v - 1e-3) < 1e-9 for v in lr["series"][0]["last"]), lr
+        assert lr["series"], lr
+        assert all(abs(v - 1e-3) < 1e-9 for v in lr["series"][0]["last"]), lr
         page.reload()
         page.wait_for_function("document.querySelectorAll('[data-testid=event-changed]').length == 1",
                                timeout=20_000)

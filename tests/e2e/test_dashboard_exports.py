@@ -29,7 +29,8 @@ def test_plan_json_download_and_per_node_files(api_server, tmp_path):
             page.click("[data-testid=download-sbatch_script]")
         assert info.value.suggested_filename == "ulab-job.sbatch"
         script = open(info.value.path()).read()
-        assert "#SBATCH --nodes=2" in script and "#SBATCH --gpus-per-node=4" in script, script[:600]
+        assert "#SBATCH --nodes=2" in script, script[:600]
+        assert "#SBATCH --gpus-per-node=4" in script, script[:600]
 
         page.click("[data-testid=show-per-node]")
         page.locator("[data-testid=export-node-1-yaml]").wait_for(timeout=10_000)

@@ -26,10 +26,12 @@ def test_paste_the_guide_setup(api_server):
         assert "DeepSpeed ignores this block" in page.inner_text("[data-testid=import-warning][data-field="
                                                                   "sequence_parallelism]")
         error = page.locator("[data-testid=import-error]")
-        assert error.count() == 1 and error.get_attribute("data-field") == "--num_gpus"
+        assert error.count() == 1
+        assert error.get_attribute("data-field") == "--num_gpus"
         assert "--num_gpus=32 on one node, but a node has 8" in error.inner_text()
         plan_text = page.inner_text("[data-testid=import-plan]")
-        assert "4 × 8 H100-80GB" in plan_text and "ZeRO-3 fp16" in plan_text
+        assert "4 × 8 H100-80GB" in plan_text
+        assert "ZeRO-3 fp16" in plan_text
         assert "does not fit" in page.inner_text("[data-testid=import-estimate]")
         page.locator("[data-testid=import-setup]").scroll_into_view_if_needed()
         path = screenshot(page, "dashboard-planner-import")

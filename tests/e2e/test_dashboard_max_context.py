@@ -20,7 +20,8 @@ def test_rows_keep_the_gpu_count_and_a_click_keeps_the_nodes(api_server):
         for i in range(rows.count()):
             cells = rows.nth(i).locator("td")
             sp, dp, gpus = (cells.nth(k).inner_text() for k in range(3))
-            assert gpus == "8" and int(sp) * int(dp) == 8, (sp, dp, gpus)
+            assert gpus == "8", (sp, dp, gpus)
+            assert int(sp) * int(dp) == 8, (sp, dp, gpus)
         table.scroll_into_view_if_needed()
         screenshot(page, "dashboard-planner-max-context")
         page.click("[data-testid=max-context-sp-2]")

@@ -23,7 +23,8 @@ def test_breakdown_changes_when_sp_size_changes(api_server):
         page.locator("[data-testid=breakdown-bar]").wait_for(timeout=20_000)
         _wait_valid(page)
         peak4, act4 = _peak(page), _gib(page, "activations")
-        assert peak4 > 0 and act4 > 0
+        assert peak4 > 0
+        assert act4 > 0
 
         page.fill("[data-testid=input-sp_size]", "2")
         page.wait_for_function(

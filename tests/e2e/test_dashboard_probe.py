@@ -33,9 +33,14 @@ def test_measure_this_plan_shows_measured_beside_predicted(api_server, api):
         screenshot(page, "dashboard-probe")
         run_id = int(page.inner_text("[data-testid=probe-status]").split()[2].rstrip(":"))
     run = api.get(f"/api/runs/{run_id}").json()
-    assert run["kind"] == "probe" and run["state"] == "succeeded" and run["approved_by"] is not None
+    assert run["kind"] == "probe"
+    assert run["state"] == "succeeded"
+    assert run["approved_by"] is not None
     stored = api.get(f"/api/plans/{run['plan_id']}").json()["probe"]
-    assert stored["run_id"] == run_id and stored["plan_depth"] == 3 and stored["depths"] == [1, 2]
-    assert stored["extrapolated"]["peak_allocated_gib"] > 0 and stored["predicted"]["peak_allocated_gib"] > 0
+    assert stored["run_id"] == run_id
+    assert stored["plan_depth"] == 3
+    assert stored["depths"] == [1, 2]
+    assert stored["extrapolated"]["peak_allocated_gib"] > 0
+    assert stored["predicted"]["peak_allocated_gib"] > 0
     points = [p for p in api.get("/api/calibration").json()["points"] if p["run_id"] == run_id]
     assert [(p["source"], p["gpu"]) for p in points] == [("probe", "cpu")]

@@ -55,7 +55,8 @@ def test_submit_approve_and_watch_the_loss_chart_grow(api_server, api, corpus):
         page.locator("[data-testid=run-state]").wait_for(timeout=20_000)
         assert _state(page) == "pending_approval"
         stored = api.get(f"/api/runs/{run_id}").json()
-        assert stored["name"] == name and stored["spec"]["parallel"]["sp_size"] == 2
+        assert stored["name"] == name
+        assert stored["spec"]["parallel"]["sp_size"] == 2
         assert stored["spec"]["run"]["data"]["path"] == str(corpus)
 
         page.click(f"[data-testid=approve-{run_id}]")
@@ -116,7 +117,8 @@ def test_cancel_a_running_run_from_its_page(api_server, api, corpus):
                                timeout=60_000)
         screenshot(page, "dashboard-run-cancelled")
         final = api.get(f"/api/runs/{run['id']}").json()
-        assert final["state"] == "cancelled" and final["exit_reason"] == "cancelled by request"
+        assert final["state"] == "cancelled"
+        assert final["exit_reason"] == "cancelled by request"
         while trainer_pids(f"run-{run['id']}/") and time.monotonic() - cancelled_at < 15:
             time.sleep(0.2)
         assert trainer_pids(f"run-{run['id']}/") == [], "trainer processes still alive 15 s after cancel"
@@ -264,7 +266,8 @@ def test_approving_a_run_that_does_not_fit_asks_for_force(api_server, api, corpu
         error.wait_for(timeout=10_000)
         assert "GiB" in error.inner_text()
         # person-facing: it says what the button does, not an API parameter
-        assert "Approve anyway" in error.inner_text() and "force=true" not in error.inner_text()
+        assert "Approve anyway" in error.inner_text()
+        assert "force=true" not in error.inner_text()
         assert page.locator(f"[data-testid=approve-force-{rid}]").is_visible()
         assert page.get_attribute("[data-testid=run-state]", "data-state") == "pending_approval"
         screenshot(page, "dashboard-run-needs-force")

@@ -60,10 +60,12 @@ def test_submit_from_the_form_with_a_checkpoint_under_the_models_root(stack, api
     assert data["tokenizer"] == f"hf:{directory.resolve()}"
     # the held-back row scored by position at steps 2 and 4, with the checkpoint's tokenizer
     evals = api.get(f"/api/runs/{run_id}/metrics", params={"name": "eval_loss"}).json()["series"][0]
-    assert evals["step"] == [2, 4] and all(v > 0 for v in evals["last"]), evals
+    assert evals["step"] == [2, 4], evals
+    assert all(v > 0 for v in evals["last"]), evals
     # the checkpoint list reads the run directory: keep_checkpoints (1) of the saves at steps 2 and 4
     listed = api.get(f"/api/runs/{run_id}/checkpoints").json()
-    assert [(c["stage"], c["step"]) for c in listed] == [("stage0", 4)] and listed[0]["bytes"] > 0
+    assert [(c["stage"], c["step"]) for c in listed] == [("stage0", 4)]
+    assert listed[0]["bytes"] > 0
     with chromium_page(height=1400) as page:  # keep_checkpoints 1: the save at step 4 is the one left
         page.goto(f"{stack.url}/#/runs/{run_id}")
         page.locator("[data-testid=checkpoint-stage0-4]").wait_for(timeout=20_000)
@@ -104,7 +106,8 @@ def test_the_form_is_as_strict_as_the_cli(api_server, api):
         page.click("[data-testid=submit-run]")
         error = page.locator("[data-testid='submit-error-run.learning_rate']")
         error.wait_for(timeout=10_000)
-        assert "number" in error.inner_text() and "None" not in error.inner_text()
+        assert "number" in error.inner_text()
+        assert "None" not in error.inner_text()
     assert len(api.get("/api/plans").json()) == plans_before
 
 
@@ -118,7 +121,8 @@ def test_the_plans_page_lists_stored_plans_and_opens_one_in_the_planner(api_serv
         page.goto(f"{api_server}/#/plans")
         row = page.locator(f"[data-testid=plan-row-{plan_id}]")
         row.wait_for(timeout=20_000)
-        assert "listed-plan" in row.inner_text() and "fits" in row.inner_text()
+        assert "listed-plan" in row.inner_text()
+        assert "fits" in row.inner_text()
         page.click(f"[data-testid=plan-open-{plan_id}]")
         page.wait_for_function(VALID, timeout=20_000)
         assert page.input_value("[data-testid=input-sp_size]") == "2"

@@ -27,7 +27,8 @@ def test_planner_page_states_the_range_and_the_verdict_in_words(api_server):
     fits_plan = qwen_plan()
     tight_plan = qwen_plan(seq_len=max_seq_len(qwen_plan())["likely"])
     m_fit, m_tight = estimate(fits_plan)["memory"], estimate(tight_plan)["memory"]
-    assert m_fit["verdict"] == "fits" and m_tight["verdict"] == "tight"
+    assert m_fit["verdict"] == "fits"
+    assert m_tight["verdict"] == "tight"
     with chromium_page(height=1500) as page:
         page.goto(link(api_server, fits_plan))
         page.wait_for_function(VALID, timeout=20_000)

@@ -32,7 +32,8 @@ def test_run_page_shows_the_loss_curve_of_a_trained_run(stack, api, trained_run)
         # system figures (worker/trainer/system.py): every rank's CPU and resident memory; no GPU to read here
         ranks = trained_run["spec"]["parallel"]["sp_size"] * trained_run["spec"]["parallel"]["dp_size"]
         rss = api.get(f"/api/runs/{trained_run['id']}/metrics", params={"name": "rss_gib"}).json()["series"]
-        assert [s["rank"] for s in rss] == list(range(ranks)) and all(0.1 < v < 64 for s in rss for v in s["last"])
+        assert [s["rank"] for s in rss] == list(range(ranks))
+        assert all(0.1 < v < 64 for s in rss for v in s["last"])
         assert api.get(f"/api/runs/{trained_run['id']}/metrics",
                        params={"name": "gpu_util_percent"}).json()["series"] == []
         page.wait_for_function("Number(document.querySelector('[data-testid=rss-chart]')?.dataset.points) > 0",
@@ -53,7 +54,8 @@ def test_loss_by_position_and_the_passkey_heatmap_of_a_trained_run(stack, api, t
     assert at == [6, 12], at
     scores = {n: api.get(f"/api/runs/{run_id}/metrics", params={"name": n}).json()["series"][0]
               for n in names if n.startswith("passkey@")}
-    assert len(scores) == 9 and all(s["step"] == [12] and 0 <= s["last"][0] <= 1 for s in scores.values())
+    assert len(scores) == 9
+    assert all(s["step"] == [12] and 0 <= s["last"][0] <= 1 for s in scores.values())
     with chromium_page(height=1400) as page:
         page.goto(f"{stack.url}/#/runs/{run_id}")
         page.wait_for_function("document.querySelector('[data-testid=position-loss-wrap]')?.dataset.evaluations "
@@ -85,11 +87,13 @@ def test_planner_lines_are_drawn_near_the_measurement_and_left_out_when_over_10x
                                    timeout=20_000)
         tokens = page.locator("[data-testid=tokens-chart] .chart-title").inner_text()
         tflops = page.locator("[data-testid=tflops-chart] .chart-title").inner_text()
-        assert "dashed" in tokens and "not drawn" not in tokens, tokens
+        assert "dashed" in tokens, tokens
+        assert "not drawn" not in tokens, tokens
         assert "over 10x off the measurement: not drawn" in tflops, tflops
         page.locator("[data-testid=toggle-planner]").uncheck()
         tokens = page.locator("[data-testid=tokens-chart] .chart-title").inner_text()
-        assert "dashed" not in tokens and "planner:" in tokens, tokens
+        assert "dashed" not in tokens, tokens
+        assert "planner:" in tokens, tokens
     api.post(f"/api/runs/{run['id']}/cancel")
 
 
@@ -98,16 +102,20 @@ def test_the_log_of_one_rank_is_shown_searched_and_downloaded(stack, api, traine
     lines matching a search, and downloads exactly what it shows (all of it, not the last 500)."""
     run_id = trained_run["id"]
     full = api.get(f"/api/runs/{run_id}/log", params={"lines": 5000}).json()
-    assert full["ranks"] == 2 and any(line.startswith("[rank1]: ") for line in full["lines"])
+    assert full["ranks"] == 2
+    assert any(line.startswith("[rank1]: ") for line in full["lines"])
     rank1 = api.get(f"/api/runs/{run_id}/log", params={"lines": 5000, "rank": 1}).json()["lines"]
     assert rank1 == [line.removeprefix("[rank1]: ") for line in full["lines"] if line.startswith("[rank1]: ")]
     launcher = api.get(f"/api/runs/{run_id}/log", params={"lines": 5000, "launcher": True}).json()["lines"]
-    assert launcher and not any(line.startswith("[rank") for line in launcher)
+    assert launcher
+    assert not any(line.startswith("[rank") for line in launcher)
     assert any("--- attempt 1" in line for line in launcher), launcher[:5]  # the worker's header line
     found = api.get(f"/api/runs/{run_id}/log", params={"rank": 0, "q": "OPTIMIZER:"}).json()["lines"]
-    assert found and all("optimizer:" in line.lower() for line in found), found
+    assert found, found
+    assert all("optimizer:" in line.lower() for line in found), found
     bad = api.get(f"/api/runs/{run_id}/log", params={"rank": 2})
-    assert bad.status_code == 422 and bad.json()["detail"][0]["field"] == "rank", bad.text
+    assert bad.status_code == 422, bad.text
+    assert bad.json()["detail"][0]["field"] == "rank", bad.text
     with chromium_page() as page:
         page.goto(f"{stack.url}/#/runs/{run_id}")
         log = page.locator("[data-testid=log-tail]")
@@ -133,4 +141,5 @@ def test_the_log_of_one_rank_is_shown_searched_and_downloaded(stack, api, traine
         with page.expect_download() as download:
             page.click("[data-testid=log-download]")
         whole = open(download.value.path()).read().splitlines()
-        assert download.value.suggested_filename == f"run-{run_id}.log" and whole[-len(full["lines"]):] == full["lines"]
+        assert download.value.suggested_filename == f"run-{run_id}.log"
+        assert whole[-len(full["lines"]):] == full["lines"]

@@ -107,7 +107,8 @@ def test_a_copied_link_reopens_the_same_zoom_smoothing_and_series(stack, api, co
         page.keyboard.press("+")
         page.wait_for_function("/zoom=\\d+-\\d+/.test(location.hash)", timeout=10_000)
         first = tuple(map(int, re.search(r"zoom=(\d+)-(\d+)", page.url).groups()))
-        assert 0 < first[0] < first[1] < 59 and first[1] - first[0] <= 31, first
+        assert 0 < first[0] < first[1] < 59, first
+        assert first[1] - first[0] <= 31, first
         # the zoom loads its range's points before the next key moves it on
         zoomed = api.get(f"/api/runs/{rid}/metrics", params={"name": "loss", "start": first[0], "end": first[1]}).json()
         page.wait_for_function("document.querySelector('[data-testid=loss-chart]')?.dataset.points === "
@@ -115,7 +116,8 @@ def test_a_copied_link_reopens_the_same_zoom_smoothing_and_series(stack, api, co
         page.keyboard.press("ArrowRight")
         page.wait_for_function(f"!location.hash.includes('zoom={first[0]}-{first[1]}')", timeout=10_000)
         start, end = map(int, re.search(r"zoom=(\d+)-(\d+)", page.url).groups())
-        assert start > first[0] and end - start == first[1] - first[0], (first, start, end)
+        assert start > first[0], (first, start, end)
+        assert end - start == first[1] - first[0], (first, start, end)
         stored = api.get(f"/api/runs/{rid}/metrics", params={"name": "loss", "start": start, "end": end}).json()
         n = len(stored["series"][0]["step"])
         page.wait_for_function(f"document.querySelector('[data-testid=loss-chart]')?.dataset.points === '{n}'",
@@ -133,7 +135,9 @@ def test_a_copied_link_reopens_the_same_zoom_smoothing_and_series(stack, api, co
                                timeout=5_000)
         link = page.evaluate("navigator.clipboard.readText()")
     assert link.startswith(f"{stack.url}/#/runs/{rid}?"), link
-    assert f"zoom={start}-{end}" in link and "smooth=0.59" in link and "hide=cpu-chart%7Erank+1" in link, link
+    assert f"zoom={start}-{end}" in link, link
+    assert "smooth=0.59" in link, link
+    assert "hide=cpu-chart%7Erank+1" in link, link
 
     with chromium_page(height=1400) as page:  # a new browser context: only the link carries the state
         page.goto(link)
@@ -146,13 +150,15 @@ def test_a_copied_link_reopens_the_same_zoom_smoothing_and_series(stack, api, co
         legend = page.locator("[data-testid=cpu-chart] .u-legend .u-series")
         off = {legend.nth(i).locator(".u-label").inner_text().strip():
                "u-off" in (legend.nth(i).get_attribute("class") or "") for i in range(legend.count())}
-        assert off.get("rank 1") is True and off.get("rank 0") is False, off
+        assert off.get("rank 1") is True, off
+        assert off.get("rank 0") is False, off
         # 0 on a focused chart shows the whole run again, and the link loses its zoom
         page.focus("[data-testid=loss-chart]")
         page.keyboard.press("0")
         page.wait_for_function("document.querySelector('[data-testid=loss-chart]')?.dataset.points === '60'",
                                timeout=20_000)
-        assert "zoom=" not in page.url and page.locator("[data-testid=zoom-range]").count() == 0
+        assert "zoom=" not in page.url
+        assert page.locator("[data-testid=zoom-range]").count() == 0
     api.post(f"/api/runs/{rid}/cancel")
 
 

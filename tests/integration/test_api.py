@@ -51,7 +51,8 @@ def test_plan_is_stored_with_the_same_estimate_as_the_cli(api, tmp_path):
     r = api.post("/api/plans", json={"name": "qwen 32k", **QWEN})
     assert r.status_code == 201, r.text
     stored = api.get(f"/api/plans/{r.json()['id']}").json()
-    assert stored["name"] == "qwen 32k" and stored["estimate"]["valid"] is True
+    assert stored["name"] == "qwen 32k"
+    assert stored["estimate"]["valid"] is True
     (tmp_path / "p.json").write_text(json.dumps(stored["plan"]))
     cli = subprocess.run([str(ULAB), "plan", "--json", str(tmp_path / "p.json")], capture_output=True, text=True)
     assert json.loads(cli.stdout) == stored["estimate"]
@@ -62,24 +63,30 @@ def test_plan_is_stored_with_the_same_estimate_as_the_cli(api, tmp_path):
 def test_invalid_plan_estimate_answers_errors_for_live_forms(api):
     r = api.post("/api/estimate", json=variant("training", seq_len=32771))
     assert r.status_code == 200
-    assert r.json()["valid"] is False and r.json()["errors"][0]["field"] == "training.seq_len"
+    assert r.json()["valid"] is False
+    assert r.json()["errors"][0]["field"] == "training.seq_len"
 
 
 def test_run_lifecycle_without_training(api, tmp_path):
     plan_id = api.post("/api/plans", json=tiny_plan()).json()["id"]
     body = {"plan_id": plan_id, "name": "never runs", "run": {"steps": 5, "data": {"path": str(tmp_path / "x.txt")}}}
     run = api.post("/api/runs", json=body).json()
-    assert run["state"] == "pending_approval" and run["steps"] == 5 and run["spec"]["run"]["steps"] == 5
+    assert run["state"] == "pending_approval"
+    assert run["steps"] == 5
+    assert run["spec"]["run"]["steps"] == 5
     assert run["estimate"]["valid"] is True
     r = api.post(f"/api/runs/{run['id']}/cancel")
-    assert r.status_code == 200 and r.json()["state"] == "cancelled"
+    assert r.status_code == 200
+    assert r.json()["state"] == "cancelled"
     r = api.post(f"/api/runs/{run['id']}/approve")
-    assert r.status_code == 409 and fields(r) == ["state"]
+    assert r.status_code == 409
+    assert fields(r) == ["state"]
     assert api.post(f"/api/runs/{run['id']}/cancel").status_code == 409
     assert api.get("/api/runs/999999").status_code == 404
     assert api.post("/api/runs", json={**body, "plan_id": 999999}).status_code == 404
     listed = api.get("/api/runs", params={"state": "cancelled"}).json()
-    assert run["id"] in [x["id"] for x in listed] and all(x["state"] == "cancelled" for x in listed)
+    assert run["id"] in [x["id"] for x in listed]
+    assert all(x["state"] == "cancelled" for x in listed)
 
 
 def _run_for_metrics(api, tmp_path) -> int:
@@ -107,7 +114,8 @@ def test_metric_ingest_is_idempotent_and_query_buckets(api, tmp_path):
     assert api.post(url, json={"points": points[:2500]}).json() == {"accepted": 2500}
     assert api.post(url, json={"points": points[2000:]}).json() == {"accepted": len(points) - 2000}  # overlap
     full = api.get(url, params={"name": "loss", "points": 10_000}).json()["series"][0]
-    assert full["step"] == list(range(1, 5001)) and full["last"] == [loss[s] for s in range(1, 5001)]
+    assert full["step"] == list(range(1, 5001))
+    assert full["last"] == [loss[s] for s in range(1, 5001)]
     # budgets from raw rows only to rollup blocks with raw edges; zoomed ranges off the block grid
     for start, stop, budget in [(None, None, 100), (None, None, 7), (101, 200, 10), (333, 4444, 50), (17, 4000, 3)]:
         params = {"name": "loss", "points": budget} | ({"start": start, "end": stop} if start else {})
@@ -117,25 +125,30 @@ def test_metric_ingest_is_idempotent_and_query_buckets(api, tmp_path):
         width, _ = plan_buckets(lo, hi, budget)  # SQL over rollups + raw edges == Python over raw points
         assert list(zip(s["step"], s["min"], s["max"], s["last"])) == expected_buckets(loss, lo, hi, width), params
     mem = api.get(url, params={"name": "peak_allocated_gib", "points": 10}).json()["series"]
-    assert [m["rank"] for m in mem] == [0, 1] and mem[1]["last"][-1] == pytest.approx(2.0)
+    assert [m["rank"] for m in mem] == [0, 1]
+    assert mem[1]["last"][-1] == pytest.approx(2.0)
     assert api.get(f"{url}/names").json() == ["loss", "peak_allocated_gib"]
     # a NaN loss or grad norm raises an alert (tests/api/test_alerts.py); any other NaN is refused
     bad = api.post(url, json={"points": [{"rank": 0, "step": 1, "name": "peak_allocated_gib", "value": "nan"}]})
-    assert bad.status_code == 422 and fields(bad) == ["points[0].value"]
+    assert bad.status_code == 422
+    assert fields(bad) == ["points[0].value"]
 
 
 def test_text_the_database_cannot_store_is_a_422_not_a_500(api, tmp_path):
     run_id = _run_for_metrics(api, tmp_path)
     bad = api.post(f"/api/runs/{run_id}/metrics",
                    json={"points": [{"rank": 0, "step": 1, "name": "lo\u0000ss", "value": 1.0}]})
-    assert bad.status_code == 422 and fields(bad) == ["points[0].name"]
+    assert bad.status_code == 422
+    assert fields(bad) == ["points[0].name"]
     plan_id = api.post("/api/plans", json=tiny_plan()).json()["id"]
     bad = api.post("/api/runs", json={"plan_id": plan_id, "name": "two\nlines",
                                       "run": {"data": {"path": str(tmp_path)}}})
-    assert bad.status_code == 422 and fields(bad) == ["name"]
+    assert bad.status_code == 422
+    assert fields(bad) == ["name"]
     # a NUL in a query parameter reaches PostgreSQL, which refuses it: answered 422, not 500
     bad = api.get(f"/api/runs/{run_id}/metrics", params={"name": "lo\x00ss"})
-    assert bad.status_code == 422 and fields(bad) == ["request"], bad.text
+    assert bad.status_code == 422, bad.text
+    assert fields(bad) == ["request"], bad.text
     assert api.get("/api/health").status_code == 200
 
 
@@ -162,5 +175,6 @@ def test_stream_sends_state_then_new_points(api, tmp_path):
     api.post(f"/api/runs/{run_id}/metrics",
                json={"points": [{"rank": 0, "step": 7, "name": "loss", "value": 1.5}]})
     t.join(10)
-    assert events[0][0] == "state" and events[0][1]["id"] == run_id
+    assert events[0][0] == "state"
+    assert events[0][1]["id"] == run_id
     assert events[-1] == ("metrics", {"points": [{"rank": 0, "step": 7, "name": "loss", "value": 1.5}]})

@@ -25,9 +25,11 @@ def test_bf16_optimizer_states_are_bf16_under_zero2_and_zero3_and_priced_as_meas
     rows = [json.loads(line.removeprefix("PROBE ")) for line in proc.stdout.splitlines() if line.startswith("PROBE ")]
     assert [(r["stage"], r["bf16_optimizer_states"]) for r in rows] == [(2, False), (2, True), (3, False), (3, True)]
     for r in rows:
-        assert r["world"] == 2 and r["planner_params"] == r["params"], r
+        assert r["world"] == 2, r
+        assert r["planner_params"] == r["params"], r
         dtype, per_element = ("torch.bfloat16", 6) if r["bf16_optimizer_states"] else ("torch.float32", 12)
-        assert r["master_dtype"] == [dtype] and r["moment_dtype"] == [dtype], r
+        assert r["master_dtype"] == [dtype], r
+        assert r["moment_dtype"] == [dtype], r
         measured = r["master_bytes"] + r["moment_bytes"]
         # master + exp_avg + exp_avg_sq, each a copy of the rank's partition
         assert measured == per_element * r["master_elements"], r

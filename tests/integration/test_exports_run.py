@@ -109,12 +109,14 @@ def test_the_page_downloads_every_file_for_every_node_in_one_zip(api_server, tmp
             "launch_node0.sh", "launch_node1.sh", "accelerate_config_node0.yaml",
             "accelerate_config_node1.yaml"} <= names, names
     plan = json.loads(zipfile.ZipFile(io.BytesIO(blob)).read("plan.json"))
-    assert plan["run"]["steps"] == 7 and plan["hardware"]["num_nodes"] == 2
+    assert plan["run"]["steps"] == 7
+    assert plan["hardware"]["num_nodes"] == 2
 
 
 def test_a_plan_without_a_run_section_has_no_zip(api):
     r = api.post("/api/estimate/export.zip", json=PLAN)
-    assert r.status_code == 422 and r.json()["detail"][0]["field"] == "run", r.text
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"][0]["field"] == "run", r.text
 
 
 def test_the_torchrun_lines_train_one_per_node_with_the_wheel(exported, trainer_venv, tmp_path):
@@ -166,7 +168,8 @@ def test_the_deepspeed_json_yaml_and_training_args_load_in_their_libraries(expor
             plugin = DeepSpeedPlugin(hf_ds_config=str(d / ds_file))
         finally:
             del os.environ["ACCELERATE_CONFIG_DS_FIELDS"]
-        assert plugin.deepspeed_config["sequence_parallel_size"] == 2 and plugin.zero_stage == 2
+        assert plugin.deepspeed_config["sequence_parallel_size"] == 2
+        assert plugin.zero_stage == 2
     args = json.loads((d / "training_args.json").read_text())
     fields = {k: v for k, v in args["training_arguments"].items() if k != "deepspeed"} | {"use_cpu": True}
     ta = TrainingArguments(**fields)

@@ -87,7 +87,8 @@ def test_flushed_broker_queued_run_is_resent_and_duplicates_run_it_once(faults, 
     faults.worker.start()
     faults.wait_worker_ready()
     done = wait_for(api, run["id"], {"succeeded"}, timeout_s=240)
-    assert done["attempt"] == 1 and len(done["attempts"]) == 1
+    assert done["attempt"] == 1
+    assert len(done["attempts"]) == 1
     assert attempt_starts(f"{faults.home}/runs/run-{run['id']}") == 1, "the trainer started more than once"
     assert steps_of(api, run["id"]) == [1, 2, 3, 4]
     in_log(faults.worker.log, f"run {run['id']} is not queued", timeout_s=30, times=2)  # it takes the duplicates

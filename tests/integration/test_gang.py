@@ -39,7 +39,8 @@ def test_two_node_run_is_a_gang_of_node_tasks(tmp_path, corpus):
             run_dir = tmp_path / "gang" / "runs" / f"run-{run['id']}"
             assert "--- attempt 1 on node 1 ---" in (run_dir / "train-node1.log").read_text()
             logs = s.worker.log.read_text() + second.log.read_text()
-            assert f"run {run['id']} node 0: started trainer" in logs and f"run {run['id']} node 1: started" in logs
+            assert f"run {run['id']} node 0: started trainer" in logs
+            assert f"run {run['id']} node 1: started" in logs
             assert done["worker"]
         finally:
             second.stop()

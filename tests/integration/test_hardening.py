@@ -34,7 +34,8 @@ def test_a_lone_surrogate_never_reaches_postgresql_and_lists_keep_answering(pg_s
         r = api.post("/api/runs", content=json.dumps({"plan_id": good, "name": "\ud800",
                                                       "run": {"data": {"path": "/tmp/x.txt"}}}),
                      headers={"content-type": "application/json"})
-        assert r.status_code == 422 and r.json()["detail"][0]["field"] == "name", r.text
+        assert r.status_code == 422, r.text
+        assert r.json()["detail"][0]["field"] == "name", r.text
         for path in ("/api/plans", f"/api/plans/{good}", "/api/runs", "/api/runs?state=pending_approval",
                      "/api/runs?q=plan", f"/api/runs/{run_id}"):
             assert api.get(path).status_code == 200, path
@@ -117,6 +118,7 @@ def test_rows_poisoned_before_the_check_are_repaired_by_the_migration(tmp_path, 
                 assert plans.status_code == 200, plans.text
                 assert plans.json()[0]["plan"]["model"]["config"]["note"] == "a?b"
                 runs = api.get("/api/runs")
-                assert runs.status_code == 200 and runs.json()[0]["spec"]["model"]["config"]["note"] == "a?b"
+                assert runs.status_code == 200
+                assert runs.json()[0]["spec"]["model"]["config"]["note"] == "a?b"
         finally:
             s.stop()

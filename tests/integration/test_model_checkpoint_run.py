@@ -16,5 +16,6 @@ def test_a_mismatched_checkpoint_is_refused_before_the_queue(stack, api, corpus)
     r = api.post("/api/plans", json={"name": "mismatch", **tiny_plan()})
     r = api.post("/api/runs", json={"plan_id": r.json()["id"], "run": {"data": {"path": str(corpus)},
                                                                      "model_path": "acme/wide"}})
-    assert r.status_code == 422 and r.json()["detail"][0]["field"] == "run.model_path", r.text
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"][0]["field"] == "run.model_path", r.text
     assert "hidden_size=128" in r.json()["detail"][0]["message"]

@@ -24,15 +24,19 @@ def test_probe_extrapolates_memory_to_the_full_depth_within_5_percent(tmp_path):
     proc = subprocess.run([str(ULAB), "probe", "--plan", str(tmp_path / "plan.json"), "--depths", "1,2,4", "--full",
                            "--steps", "3", "--text", "--out", str(out)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "extrap" in proc.stdout and "planner" in proc.stdout and "measured: fits with" in proc.stdout
+    assert "extrap" in proc.stdout
+    assert "planner" in proc.stdout
+    assert "measured: fits with" in proc.stdout
     result = json.loads((out / "probe.json").read_text())
-    assert result["depths"] == [1, 2, 4, 8] and [m["status"] for m in result["measured"]] == ["ok"] * 4
+    assert result["depths"] == [1, 2, 4, 8]
+    assert [m["status"] for m in result["measured"]] == ["ok"] * 4
     assert all(m["loss_finite"] and len(m["ranks"]) == 2 for m in result["measured"])
     check = result["check"]
     print("probe sp=2, 1-2-4 -> 8 layers: memory error per rank", check["peak_allocated_gib"]["error"],
           "step time error", check["step_time_s"]["error"])
     assert all(abs(e) < 0.05 for e in check["peak_allocated_gib"]["error"]), check
-    assert result["predicted"]["peak_allocated_gib"] > 0 and result["source"]["peak_allocated_gib"] == "measured"
+    assert result["predicted"]["peak_allocated_gib"] > 0
+    assert result["source"]["peak_allocated_gib"] == "measured"
 
 
 def test_a_plan_that_does_not_validate_is_refused_before_any_rank_starts(tmp_path):
@@ -41,7 +45,8 @@ def test_a_plan_that_does_not_validate_is_refused_before_any_rank_starts(tmp_pat
     (tmp_path / "plan.json").write_text(json.dumps(plan))
     proc = subprocess.run([str(ULAB), "probe", "--plan", str(tmp_path / "plan.json"), "--out", str(tmp_path / "o")],
                           capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].startswith("error: training.zero_stage: ")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: training.zero_stage: ")
     assert not (tmp_path / "o" / "depth-1").exists()
 
 

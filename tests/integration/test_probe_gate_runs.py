@@ -14,19 +14,23 @@ def test_an_impossible_memory_fraction_stops_the_run_at_the_probe(api, corpus):
                                              "probe": {"steps": 3, "max_memory_fraction": 1e-9}}, name="probe-gate")
     done = wait_for(api, run["id"], {"stopped"}, timeout_s=300)
     assert done["exit_reason"].startswith("stopped: smoke test failed (probe: rank 0 peaked at "), done["exit_reason"]
-    assert "of 80 (limit 1e-09)" in done["exit_reason"] and done["last_step"] < 400
+    assert "of 80 (limit 1e-09)" in done["exit_reason"]
+    assert done["last_step"] < 400
     assert [(a["kind"], a["stopped"]) for a in done["alerts"]] == [("probe_failed", True)]
     assert done["alerts"][0]["step"] <= 3
     assert len(done["attempts"]) == 1
     assert api.get(f"/api/runs/{run['id']}/checkpoints").json(), "the stop saved a checkpoint"
     events = api.get(f"/api/runs/{run['id']}/events").json()
     alert = next(e for e in events if e["kind"] == "alert")
-    assert alert["stopped"] and alert["message"].startswith("probe: rank 0 peaked at")
-    assert events[-1]["kind"] == "attempt_ended" and events[-1]["state"] == "stopped"
+    assert alert["stopped"]
+    assert alert["message"].startswith("probe: rank 0 peaked at")
+    assert events[-1]["kind"] == "attempt_ended"
+    assert events[-1]["state"] == "stopped"
     print("gate:", done["exit_reason"], "stopped after step", done["last_step"])
 
 
 def test_a_passing_gate_trains_to_succeeded_in_one_attempt(trained_run):
     assert trained_run["spec"]["run"]["probe"]["steps"] == 3
-    assert trained_run["state"] == "succeeded" and len(trained_run["attempts"]) == 1
+    assert trained_run["state"] == "succeeded"
+    assert len(trained_run["attempts"]) == 1
     assert trained_run["alerts"] == []

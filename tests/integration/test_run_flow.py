@@ -17,12 +17,16 @@ def loss_points(api: httpx.Client, run_id: int) -> list[float]:
 
 def test_run_trains_on_redis_and_postgres(api, trained_run):
     run = trained_run
-    assert run["state"] == "succeeded" and run["worker"] and run["exit_reason"] is None
+    assert run["state"] == "succeeded"
+    assert run["worker"]
+    assert run["exit_reason"] is None
     assert run["last_step"] == run["steps"] == 12
     losses = loss_points(api, run["id"])
-    assert len(losses) >= 10 and losses[-1] < losses[0]
+    assert len(losses) >= 10
+    assert losses[-1] < losses[0]
     mem = api.get(f"/api/runs/{run['id']}/metrics", params={"name": "peak_allocated_gib"}).json()["series"]
-    assert [s["rank"] for s in mem] == [0, 1] and all(v > 0 for s in mem for v in s["last"])
+    assert [s["rank"] for s in mem] == [0, 1]
+    assert all(v > 0 for s in mem for v in s["last"])
     names = api.get(f"/api/runs/{run['id']}/metrics/names").json()
     assert {"loss", "lr", "grad_norm", "tokens_per_s", "step_time_s", "seq_len"} <= set(names)
     log = api.get(f"/api/runs/{run['id']}/log").json()["lines"]
@@ -68,7 +72,8 @@ def test_same_flow_on_embedded_defaults(tmp_path, corpus):
             run = submit(api, tiny_plan(sp_size=1), {"steps": 10, "data": {"path": str(corpus)}}, name="embedded")
             run = wait_for(api, run["id"], {"succeeded"}, timeout_s=300)
             assert len(loss_points(api, run["id"])) >= 10
-        assert (tmp_path / "embedded" / "ulab.db").is_file() and (tmp_path / "embedded" / "broker.db").is_file()
+        assert (tmp_path / "embedded" / "ulab.db").is_file()
+        assert (tmp_path / "embedded" / "broker.db").is_file()
     finally:
         s.stop()
 
@@ -81,5 +86,8 @@ def test_the_worker_reported_what_it_can_run(api, trained_run):
     workers = [w for w in api.get("/api/workers").json() if "gpu-h100-80gb" in w["queues"] and not w["stopped_at"]]
     assert workers, api.get("/api/workers").text
     w = workers[0]
-    assert w["versions"]["torch"] == torch.__version__ and w["versions"]["deepspeed"]
-    assert w["gpu_model"] is None and w["gpu_count"] == 0 and "sdpa" in w["attn_implementations"]
+    assert w["versions"]["torch"] == torch.__version__
+    assert w["versions"]["deepspeed"]
+    assert w["gpu_model"] is None
+    assert w["gpu_count"] == 0
+    assert "sdpa" in w["attn_implementations"]

@@ -87,10 +87,12 @@ def test_approved_run_goes_pending_running_completed_with_its_metrics(slurm_stac
         "steps": 30, "data": {"path": str(corpus)}}})
     assert r.status_code == 201, r.text
     run = r.json()
-    assert run["executor"] == "slurm" and run["slurm_job_id"] is None
+    assert run["executor"] == "slurm"
+    assert run["slurm_job_id"] is None
     approved_at = time.monotonic()
     run = api.post(f"/api/runs/{run['id']}/approve").json()
-    assert run["state"] == "queued" and run["slurm_job_id"], "approval submits the job at once"
+    assert run["state"] == "queued", "approval submits the job at once"
+    assert run["slurm_job_id"], "approval submits the job at once"
     job_id = run["slurm_job_id"]
     running_after = None
     while running_after is None:
@@ -100,7 +102,8 @@ def test_approved_run_goes_pending_running_completed_with_its_metrics(slurm_stac
         assert got["state"] in ("queued", "starting", "running"), got
         assert time.monotonic() - approved_at < 120, got
         time.sleep(0.1)
-    assert got["slurm_nodes"] == cluster.host and got["slurm_job_id"] == job_id
+    assert got["slurm_nodes"] == cluster.host
+    assert got["slurm_job_id"] == job_id
     assert got["worker"] == f"slurm job {job_id} on {cluster.host}"
     seen = wait_step(api, run["id"], 2)["last_step"]
     # the API goes away mid-run, the job trains on without it (a step the API has not seen is written), and the API
@@ -125,7 +128,9 @@ def test_approved_run_goes_pending_running_completed_with_its_metrics(slurm_stac
         assert got["state"] in ("running", "succeeded"), got
         time.sleep(0.1)
     assert got["state"] == "succeeded", got
-    assert got["exit_reason"] is None and got["slurm_state"] == "COMPLETED" and got["last_step"] == 30
+    assert got["exit_reason"] is None
+    assert got["slurm_state"] == "COMPLETED"
+    assert got["last_step"] == 30
     assert steps_of(api, run["id"]) == list(range(1, 31)), "every step's metrics reached the API"
     ranks = api.get(f"/api/runs/{run['id']}/metrics", params={"name": "peak_allocated_gib"}).json()["series"]
     assert [s["rank"] for s in ranks] == [0, 1]  # two CPU ranks in the job
@@ -196,7 +201,8 @@ def test_bad_partition_override_is_refused_naming_the_field(api, corpus):
     plan_id = api.post("/api/plans", json=tiny_plan(sp_size=2)).json()["id"]
     r = api.post("/api/runs", json={"plan_id": plan_id, "slurm_partition": "debug; rm -rf /",
                                     "run": {"steps": 5, "data": {"path": str(corpus)}}})
-    assert r.status_code == 422 and "slurm_partition" in r.text
+    assert r.status_code == 422
+    assert "slurm_partition" in r.text
 
 
 def test_requeue_resumes_from_the_checkpoint_with_no_step_lost_or_repeated(slurm_stack, cluster, api, corpus):
@@ -213,7 +219,8 @@ def test_requeue_resumes_from_the_checkpoint_with_no_step_lost_or_repeated(slurm
     assert r.returncode == 0, r.stderr
     # the attempt is lost and the next one queued under the same job
     requeued = wait_for(api, run["id"], {"queued"}, timeout_s=60)
-    assert requeued["attempt"] == 2 and requeued["slurm_job_id"] == job_id
+    assert requeued["attempt"] == 2
+    assert requeued["slurm_job_id"] == job_id
     # Slurm holds a requeued job for about two minutes (Reason=BeginTime) once it is pending again: start it now
     end = time.monotonic() + 120
     while api.get(f"/api/runs/{run['id']}").json()["state"] == "queued":
@@ -223,7 +230,8 @@ def test_requeue_resumes_from_the_checkpoint_with_no_step_lost_or_repeated(slurm
         time.sleep(0.3)
     done = wait_for(api, run["id"], {"succeeded"}, timeout_s=300)
     assert [a["state"] for a in done["attempts"]] == ["lost", "succeeded"]
-    assert done["attempt"] == 2 and done["slurm_job_id"] == job_id  # the same job served both attempts
+    assert done["attempt"] == 2
+    assert done["slurm_job_id"] == job_id  # the same job served both attempts
     assert "requeued" in done["attempts"][0]["exit_reason"]
     assert steps_of(api, run["id"]) == list(range(1, steps + 1))
     # each start of the job writes its own metrics file (worker/trainer/attempt.py): read them oldest first
@@ -249,16 +257,22 @@ def test_a_probe_through_slurm_stores_the_same_fields_as_through_celery(slurm_st
     r = api.post(f"/api/plans/{plan_id}/probe", json={"depths": [1, 2], "steps": 3})
     assert r.status_code in (200, 201, 202), r.text
     run = r.json()
-    assert run["kind"] == "probe" and run["executor"] == "slurm", run
+    assert run["kind"] == "probe", run
+    assert run["executor"] == "slurm", run
     done = wait_for(api, run["id"], {"succeeded"}, timeout_s=420)
-    assert done["slurm_job_id"] and job_state(cluster, done["slurm_job_id"]) in ("COMPLETED", "?")
+    assert done["slurm_job_id"]
+    assert job_state(cluster, done["slurm_job_id"]) in ("COMPLETED", "?")
     stored = api.get(f"/api/plans/{plan_id}").json()["probe"]
     assert set(stored) == PROBE_FIELDS, set(stored) ^ PROBE_FIELDS
-    assert stored["run_id"] == run["id"] and stored["plan_depth"] == 3 and stored["depths"] == [1, 2]
-    assert stored["device"] == "cpu" and stored["world"] == 2
+    assert stored["run_id"] == run["id"]
+    assert stored["plan_depth"] == 3
+    assert stored["depths"] == [1, 2]
+    assert stored["device"] == "cpu"
+    assert stored["world"] == 2
     assert [m["status"] for m in stored["measured"]] == ["ok", "ok"]
     assert all(len(m["ranks"]) == 2 and m["loss_finite"] for m in stored["measured"])
-    assert stored["extrapolated"]["peak_allocated_gib"] > 0 and stored["predicted"]["peak_allocated_gib"] > 0
+    assert stored["extrapolated"]["peak_allocated_gib"] > 0
+    assert stored["predicted"]["peak_allocated_gib"] > 0
     assert stored["source"]["peak_allocated_gib"] == "extrapolated"
     assert stored["verdict"]["text"].startswith("measured: fits with")
     points = [p for p in api.get("/api/calibration").json()["points"] if p["run_id"] == run["id"]]

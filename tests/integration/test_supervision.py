@@ -132,8 +132,10 @@ def test_a_new_attempt_stops_the_one_still_in_the_run_dir_and_keeps_its_lines(tm
     try:
         wait_written(run_dir, first, 5, log)
         old = run_processes(run_dir)
-        assert len(old) >= 3 and set(old.values()) == {"1"}, old  # torchrun and 2 ranks (the launcher's tag is
-        watch.start()                                             # in its environment only: started by hand)
+        # torchrun and 2 ranks (the launcher's tag is in its environment only: started by hand)
+        assert len(old) >= 3, old
+        assert set(old.values()) == {"1"}, old
+        watch.start()
         second = start_train(plan, run_dir, log, "--attempt", "2", "--resume")
         assert second.wait(timeout=600) == 0, log.read_text()[-3000:]
         first.wait(timeout=30)
@@ -143,7 +145,8 @@ def test_a_new_attempt_stops_the_one_still_in_the_run_dir_and_keeps_its_lines(tm
             if p is not None and p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
     assert gone(list(old)), "a process of attempt 1 outlived attempt 2"
-    assert watch.most == 1 and watch.seen == {"1", "2"}, "the two attempts overlapped"
+    assert watch.most == 1, "the two attempts overlapped"
+    assert watch.seen == {"1", "2"}, f"attempts seen: {watch.seen}"
     assert first.returncode == 75, "attempt 1 was stopped with SIGTERM and saved a checkpoint"
     text = log.read_text()
     assert "processes of an earlier attempt still run" in text
@@ -151,7 +154,8 @@ def test_a_new_attempt_stops_the_one_still_in_the_run_dir_and_keeps_its_lines(tm
     assert [f.name for f in files] == ["metrics.jsonl", "metrics.attempt-2.jsonl"]
     one = [json.loads(x)["step"] for x in files[0].read_text().splitlines()]
     two = [json.loads(x)["step"] for x in files[1].read_text().splitlines()]
-    assert one == list(range(1, one[-1] + 1)) and one[-1] < steps
+    assert one == list(range(1, one[-1] + 1))
+    assert one[-1] < steps
     assert two == list(range(one[-1] + 1, steps + 1)), "attempt 2 resumed from attempt 1's last checkpoint"
     assert [r["step"] for r in read_metrics(run_dir)] == list(range(1, steps + 1))
     assert json.loads(lock_file(run_dir).read_text())["attempt"] == 2
@@ -183,9 +187,11 @@ def wait_stored_step(stack: Stack, run_id: int, step: int, timeout_s: float = 24
     while True:
         run = stack.api_client.get(f"/api/runs/{run_id}").json()
         if run["last_step"] >= step:
-            assert run["state"] == "running" and run["last_step"] < run["steps"], run
+            assert run["state"] == "running", run
+            assert run["last_step"] < run["steps"], run
             return run
-        assert time.monotonic() < end and run["state"] not in TERMINAL, f"step {step} not reached: {run}"
+        assert time.monotonic() < end, f"step {step} not reached: {run}"
+        assert run["state"] not in TERMINAL, f"step {step} not reached: {run}"
         time.sleep(0.3)
 
 
@@ -219,7 +225,8 @@ def test_worker_sigkill_mid_run_stops_its_trainer_and_the_retry_stores_every_ste
             assert time.monotonic() < end, f"the run was not marked lost: {lost}"
             time.sleep(0.5)
         assert lost["attempts"][0]["state"] == "lost", lost
-        assert lost["state"] == "queued" and lost["attempt"] == 2  # a retry is left
+        assert lost["state"] == "queued"
+        assert lost["attempt"] == 2  # a retry is left
         stack.worker.start()
         stack.wait_worker_ready()
         done = wait_for(stack.api_client, run["id"], {"succeeded"}, timeout_s=900)
@@ -230,7 +237,8 @@ def test_worker_sigkill_mid_run_stops_its_trainer_and_the_retry_stores_every_ste
     assert [a["state"] for a in done["attempts"]] == ["lost", "succeeded"]
     assert stored_steps(stack, run["id"]) == list(range(1, steps + 1))
     assert stored_steps(stack, run["id"], "grad_norm") == list(range(1, steps + 1))
-    assert watch.most == 1 and watch.seen == {"1", "2"}, "two attempts were alive at once"
+    assert watch.most == 1, "two attempts were alive at once"
+    assert watch.seen == {"1", "2"}, f"attempts seen: {watch.seen}"
     files = metrics_files(run_dir)
     assert [f.name for f in files] == ["metrics.jsonl", "metrics.attempt-2.jsonl"]
     lines = [json.loads(x) for f in files for x in f.read_text().splitlines() if x.strip()]
@@ -268,7 +276,8 @@ def test_cancel_of_a_stuck_run_leaves_no_process(stack, corpus):
     procs = run_processes(run_dir)
     worker = stack.worker.proc.pid
     stuck = [pid for pid in procs if psutil.Process(pid).ppid() != worker]  # torchrun and the ranks
-    assert len(stuck) == 3 and len(rank_pids(run_dir)) == 2
+    assert len(stuck) == 3
+    assert len(rank_pids(run_dir)) == 2
     for pid in stuck:
         os.kill(pid, signal.SIGSTOP)
     cancelled_at = time.monotonic()

@@ -47,7 +47,8 @@ def test_two_stage_run_starts_stage_two_from_stage_one(runs):
         ("position_loss", 4, 0), ("passkey", 4, 0), ("position_loss", 7, 1)], evals
     for e in (evals[0], evals[2]):  # log2 buckets of the position in the document (the documents are short)
         edges = [int(k.split("@")[1]) for k in e if k.startswith("pos_loss@")]
-        assert edges == [2 ** k for k in range(len(edges))] and e["eval_loss"] > 0, e
+        assert edges == [2 ** k for k in range(len(edges))], e
+        assert e["eval_loss"] > 0, e
     cells = {k: v for k, v in evals[1].items() if k.startswith("passkey@")}
     assert sorted(cells) == sorted(f"passkey@{n}@{d}" for n in (128, 512) for d in (0, 50, 100))
     assert all(0 <= v <= 1 for v in cells.values())  # a tiny random model scores about nothing: the machinery runs
@@ -94,6 +95,9 @@ def test_out_of_memory_names_the_rank_and_size(runs):
     proc = train(plan, runs.root / "oom")
     assert proc.returncode == 3, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
-    assert "out of memory on rank" in last and "512.00 GiB" in last, last
+    assert "out of memory on rank" in last, last
+    assert "512.00 GiB" in last, last
     err = json.loads((runs.root / "oom" / "error.json").read_text())
-    assert err["kind"] == "oom" and err["rank"] in (0, 1) and err["requested_gib"] == 512.0
+    assert err["kind"] == "oom"
+    assert err["rank"] in (0, 1)
+    assert err["requested_gib"] == 512.0

@@ -32,8 +32,11 @@ def test_lr_10_on_two_ranks_stops_itself_by_step_5_with_a_checkpoint(tmp_path, d
     steps = [r["step"] for r in metrics(run_dir) if "loss" in r]
     stopped = json.loads((run_dir / STOPPED_FILE).read_text())
     print(f"lr=10, 2 ranks: stopped at step {steps[-1]} ({stopped['message']})")
-    assert steps == list(range(1, steps[-1] + 1)) and DIVERGENCE_FROM <= steps[-1] <= STOP_BY, steps
-    assert stopped["kind"] == "loss_diverged" and stopped["step"] == steps[-1] and stopped["attempt"] == 1
+    assert steps == list(range(1, steps[-1] + 1)), steps
+    assert DIVERGENCE_FROM <= steps[-1] <= STOP_BY, steps
+    assert stopped["kind"] == "loss_diverged"
+    assert stopped["step"] == steps[-1]
+    assert stopped["attempt"] == 1
     assert stopped["reason"] == f"stopped: loss diverged ({stopped['message']})"
     assert stopped["reason"] in proc.stdout + proc.stderr  # `ulab train` says why it stopped
     # the checkpoint of the step it stopped on: "resume from here" starts there
@@ -50,7 +53,8 @@ def test_a_rule_that_is_off_does_not_stop_the_trainer(tmp_path, documents):
     proc = train(plan, run_dir, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     losses = [r["loss"] for r in metrics(run_dir) if "loss" in r]
-    assert len(losses) == steps and max(losses[2:]) > 10 * min(losses[:2]), losses  # it did diverge
+    assert len(losses) == steps, losses
+    assert max(losses[2:]) > 10 * min(losses[:2]), losses  # it did diverge
     assert not (run_dir / STOPPED_FILE).exists()
 
 
@@ -62,10 +66,12 @@ def test_through_the_worker_the_run_ends_stopped_with_one_alert(api, corpus):
     loss = api.get(f"/api/runs/{run['id']}/metrics", params={"name": "loss", "points": 10_000}).json()
     assert max(loss["series"][0]["step"]) == done["last_step"] <= STOP_BY  # the last stored step
     stops = [a for a in done["alerts"] if a["stopped"]]
-    assert len(stops) == 1 and stops[0]["kind"] == "loss_diverged", done["alerts"]
+    assert len(stops) == 1, done["alerts"]
+    assert stops[0]["kind"] == "loss_diverged", done["alerts"]
     assert [a["kind"] for a in done["alerts"]].count("loss_diverged") == 1  # API and trainer: one row
     assert done["exit_reason"] == f"stopped: loss diverged ({stops[0]['message']})", done["exit_reason"]
     events = api.get(f"/api/runs/{run['id']}/events").json()
     assert [e["kind"] for e in events if e["kind"] == "alert" and e["stopped"]] == ["alert"]
-    assert events[-1]["kind"] == "attempt_ended" and events[-1]["state"] == "stopped"
+    assert events[-1]["kind"] == "attempt_ended"
+    assert events[-1]["state"] == "stopped"
     print(f"lr=10 through the worker: stopped at step {done['last_step']}")

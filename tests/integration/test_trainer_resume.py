@@ -43,7 +43,8 @@ def test_resume_with_another_world_size_stops_before_any_rank_naming_the_field(r
     proc = train(plan, run_dir, resume=True)
     assert proc.returncode == 2, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: parallel.dp_size:") and "saved by 4 ranks" in last, last
+    assert last.startswith("error: parallel.dp_size:"), last
+    assert "saved by 4 ranks" in last, last
 
 
 def _wait_for(run_dir: Path, proc, step: int, checkpoint: int | None = None, timeout: float = 240) -> None:

@@ -41,7 +41,8 @@ def test_sp2_loss_equals_single_process_every_step(runs):
         assert abs(a["grad_norm"] - b["grad_norm"]) <= 1e-3 * a["grad_norm"], \
             (a["step"], a["grad_norm"], b["grad_norm"])
     assert one[-1]["loss"] < one[0]["loss"] - 0.5, "the model did not learn: the comparison would prove little"
-    assert len(sp[0]["peak_allocated_gib"]) == 2 and all(v > 0 for v in sp[0]["peak_allocated_gib"])
+    assert len(sp[0]["peak_allocated_gib"]) == 2
+    assert all(v > 0 for v in sp[0]["peak_allocated_gib"])
     assert sp[0]["memory_measure"] == "cpu_tensor_tracker"
     assert sp[0]["target_tokens"] < sp[0]["tokens"], "packed documents should mask boundary labels"
 
@@ -77,13 +78,18 @@ def test_loss_by_position_agrees_across_layouts(runs):
 
     row = held_back_row(runs.sp2())
     half = len(row["labels"]) // 2
-    assert (row["labels"][:half] != -100).sum() > 0 and (row["labels"][half:] != -100).sum() > 0
-    assert row["position_ids"][half] > 0 and row["labels"][half] != -100, "no document crosses the shard boundary"
+    assert (row["labels"][:half] != -100).sum() > 0
+    assert (row["labels"][half:] != -100).sum() > 0
+    assert row["position_ids"][half] > 0, "no document crosses the shard boundary"
+    assert row["labels"][half] != -100, "no document crosses the shard boundary"
     one, sp, dp, both = (curves(r) for r in (runs.single(), runs.sp2(), runs.dp2(), runs.sp2dp2()))
-    assert sorted(one) == [5, 10] and sorted(sp) == sorted(dp) == [5, 10, 15, 20] and 5 in both, (one, sp, both)
+    assert sorted(one) == [5, 10], (one, sp, both)
+    assert sorted(sp) == sorted(dp) == [5, 10, 15, 20], (sp, dp)
+    assert 5 in both, (one, sp, both)
     buckets = [k for k in one[5] if k.startswith("pos_loss@")]
     # log2 buckets from the first position on, up to the longest document's (the test documents are short)
-    assert buckets == [f"pos_loss@{2 ** k}" for k in range(len(buckets))] and len(buckets) >= 5, buckets
+    assert buckets == [f"pos_loss@{2 ** k}" for k in range(len(buckets))], buckets
+    assert len(buckets) >= 5, buckets
     for other, steps in ((sp, (5, 10)), (dp, (5, 10)), (both, (5,))):
         for step in steps:
             assert [k for k in other[step] if k.startswith("pos_loss@")] == buckets, (step, other[step])

@@ -48,7 +48,8 @@ def test_a_worker_killed_with_sigkill_shows_lost(tmp_path):
             stack.worker.stop(sig=signal.SIGKILL)  # no worker_shutdown report: only the silence tells
             assert stack.worker.proc.returncode == -signal.SIGKILL
             lost = _wait(api, name, lambda w: w["state"] != "up", 120, "the killed worker stayed up")
-            assert lost["state"] == "lost" and lost["stopped_at"] is None, lost
+            assert lost["state"] == "lost", lost
+            assert lost["stopped_at"] is None, lost
             # listed after the live ones, and a second read agrees (the state does not flap back)
             assert _mine(api, name)["state"] == "lost"
         finally:

@@ -17,5 +17,6 @@ def test_every_kind_of_the_table_has_its_rule_and_no_rule_is_outside_it():
 
 def test_the_smoke_test_is_raised_first_and_the_stall_by_the_supervision_loop():
     first = alerts.RULES[0]
-    assert first.kinds == ("probe_failed",) and first.find is not None
+    assert first.kinds == ("probe_failed",)
+    assert first.find is not None
     assert [rule.kinds for rule in alerts.RULES if rule.find is None] == [("stalled",)]  # the supervision loop's

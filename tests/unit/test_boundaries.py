@@ -102,8 +102,10 @@ def test_the_slurm_job_builds_no_celery_app_and_writes_nothing(tmp_path):
                        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "ULAB_HOME": str(home)})
     assert r.returncode == 0, r.stderr[-2000:]
     loaded = r.stdout.strip().splitlines()[-1]
-    assert "worker.celery_app" not in loaded and "worker.tasks" not in loaded, loaded
-    assert not home.exists() and list(tmp_path.iterdir()) == [], list(tmp_path.iterdir())
+    assert "worker.celery_app" not in loaded, loaded
+    assert "worker.tasks" not in loaded, loaded
+    assert not home.exists(), list(tmp_path.iterdir())
+    assert list(tmp_path.iterdir()) == [], list(tmp_path.iterdir())
 
 
 def test_the_api_loads_no_worker_module():
@@ -134,4 +136,5 @@ def test_every_kind_of_import_is_seen(tmp_path):
 def test_the_source_scan_covers_the_packages():
     scanned = {i.file.split("/")[0] for i in imports_under()}
     assert {"plan", "backend", "worker", "tests", "bench"} <= scanned
-    assert (ROOT / ENTRY_POINT).is_file() and all((ROOT / f).is_file() for f in LAZY_TRAINING_STACK_ALLOWED_IN)
+    assert (ROOT / ENTRY_POINT).is_file()
+    assert all((ROOT / f).is_file() for f in LAZY_TRAINING_STACK_ALLOWED_IN)

@@ -18,4 +18,6 @@ def test_plan_respects_the_budget_and_the_tier(start, stop, points):
 
 def test_a_million_steps_at_1000_points_reads_rollups():
     width, tier = plan_buckets(1, 1_000_000, 1000)
-    assert tier == 256 and width >= 1000 and (1_000_000 // tier) <= 16 * 1000
+    assert tier == 256
+    assert width >= 1000
+    assert (1_000_000 // tier) <= 16 * 1000

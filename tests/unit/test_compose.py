@@ -38,7 +38,8 @@ def test_services_are_the_design_set():
 def test_prometheus_scrapes_the_api_with_the_token_its_service_writes():
     config = yaml.safe_load((REPO / "prometheus.yml").read_text())
     [job] = config["scrape_configs"]
-    assert job["metrics_path"] == "/metrics" and job["static_configs"][0]["targets"] == ["api:8000"]
+    assert job["metrics_path"] == "/metrics"
+    assert job["static_configs"][0]["targets"] == ["api:8000"]
     token = SERVICES["prometheus-token"]["command"]
     ulab_command(token)
     assert token[token.index("--role") + 1] == "viewer"  # a read: the least that may scrape
@@ -70,7 +71,9 @@ def test_ulab_variables_are_settings_and_parse():
         assert settings.resolved_database_url.startswith("postgresql+psycopg://")
         host = settings.resolved_database_url.split("@")[1].split(":")[0]
         if SERVICES[name].get("network_mode") == "host":  # reaches the services through their published ports
-            assert host == "127.0.0.1" and published("postgres", 5432) and published("redis", 6379), name
+            assert host == "127.0.0.1", name
+            assert published("postgres", 5432), name
+            assert published("redis", 6379), name
             assert settings.resolved_broker_url == "redis://127.0.0.1:6379/0"
         else:
             assert host in SERVICES, f"database host {host} is not a service"
@@ -79,9 +82,12 @@ def test_ulab_variables_are_settings_and_parse():
 
 def test_worker_has_the_hosts_network_and_nccl_settings():
     w = SERVICES["worker"]
-    assert w["network_mode"] == "host" and "ports" not in w
+    assert w["network_mode"] == "host"
+    assert "ports" not in w
     env = {k: defaults(v) for k, v in w["environment"].items()}
-    assert env["NCCL_SOCKET_IFNAME"] == "^lo,docker" and "NCCL_IB_HCA" in env and "IPC_LOCK" in w["cap_add"]
+    assert env["NCCL_SOCKET_IFNAME"] == "^lo,docker"
+    assert "NCCL_IB_HCA" in env
+    assert "IPC_LOCK" in w["cap_add"]
     assert {"ULAB_NODE_ADDRESS", "ULAB_NODE_INTERFACE"} <= set(env)
     # one run directory for the API and the worker (and, multi-node, every node: RUNS_DIR on a shared mount)
     assert SERVICES["api"]["volumes"] == w["volumes"] == ["${RUNS_DIR:-runs}:/runs"]
@@ -103,7 +109,8 @@ def test_commands_exist_with_their_options():
 def test_worker_reserves_gpus_and_shared_memory():
     w = SERVICES["worker"]
     devices = w["deploy"]["resources"]["reservations"]["devices"]
-    assert devices[0]["capabilities"] == ["gpu"] and w["shm_size"]
+    assert devices[0]["capabilities"] == ["gpu"]
+    assert w["shm_size"]
     assert any(k.startswith("NCCL_") for k in w["environment"])
 
 
@@ -112,7 +119,8 @@ def test_images_are_built_from_the_repo_dockerfile():
     for name in ("api", "worker"):
         target = SERVICES[name]["build"]["target"]
         assert f"AS {target}" in dockerfile
-    assert "npm ci" in dockerfile and "pip install" in dockerfile
+    assert "npm ci" in dockerfile
+    assert "pip install" in dockerfile
 
 
 def test_dockerfile_copies_every_package_and_generates_the_api_types_first():

@@ -28,13 +28,15 @@ def test_without_torch_the_check_fails():
         pytest.skip("the system python3 has torch")
     proc = subprocess.run(["python3", "-I", str(REPO / "bench" / "gpu_check.py"), "--cpu"], capture_output=True,
                           text=True, timeout=60)
-    assert proc.returncode == 2 and "torch cannot be imported" in proc.stderr, proc.stdout + proc.stderr
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "torch cannot be imported" in proc.stderr, proc.stdout + proc.stderr
 
 
 def test_require_cuda_without_cuda_fails():
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_check.py"), "--require-cuda"],
                           capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and "--require-cuda and no CUDA device" in proc.stderr, proc.stdout + proc.stderr
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "--require-cuda and no CUDA device" in proc.stderr, proc.stdout + proc.stderr
 
 
 def test_rows_are_appended_one_by_one_under_one_header(tmp_path):
@@ -44,7 +46,8 @@ def test_rows_are_appended_one_by_one_under_one_header(tmp_path):
     assert list(csv.DictReader(out.open()))[0]["measured_allocated_gib"] == "1.5"
     g.append_row(out, {"name": "b", "status": "oom"})
     lines = out.read_text().splitlines()
-    assert lines[0].split(",") == g.FIELDS and len(lines) == 3
+    assert lines[0].split(",") == g.FIELDS
+    assert len(lines) == 3
     assert [r["status"] for r in csv.DictReader(out.open())] == ["ok", "oom"]
 
 
@@ -55,9 +58,11 @@ def test_parts_filters_and_the_order_rows_run_in(tmp_path):
     a = g.parse_args(["--cpu", "--out", str(tmp_path), "--parts", "suite,sweep", "--skip", "alst"])
     ck = g.Check(a, cuda=False)
     rows = g.select(g.rows_for(ck), a.part_set, a.only, a.skip)
-    assert {r.part for r in rows} == {"suite", "sweep"} and not any("alst" in r.name for r in rows)
+    assert {r.part for r in rows} == {"suite", "sweep"}
+    assert not any("alst" in r.name for r in rows)
     fits = [r.fits for r in rows]
-    assert False in fits and fits == sorted(fits, key=lambda f: f is False)  # predicted not to fit: last
+    assert False in fits
+    assert fits == sorted(fits, key=lambda f: f is False)  # predicted not to fit: last
     assert ck.csv.name.startswith("cpu-rehearsal-")  # never a gpu-*.csv: calibration does not read CPU rows
     only = g.select(g.rows_for(ck), set(g.PARTS), "^suite-resume$", None)
     assert [r.name for r in only] == ["suite-resume"]
@@ -86,4 +91,5 @@ def test_the_wheel_folder_script_uses_the_projects_pins():
         assert f"{name}=={pins[var]}" in declared, name
     assert subprocess.run(["bash", "-n", str(REPO / "scripts" / "gpu_wheels.sh")]).returncode == 0
     usage = subprocess.run(["bash", str(REPO / "scripts" / "gpu_wheels.sh")], capture_output=True, text=True)
-    assert usage.returncode == 2 and "prepare DIR" in usage.stderr
+    assert usage.returncode == 2
+    assert "prepare DIR" in usage.stderr

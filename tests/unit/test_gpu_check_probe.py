@@ -32,7 +32,8 @@ def test_status_and_columns_with_and_without_the_full_depth():
     assert probe_status(_result(["ok"] * 4, True), 0, True) == "ok"
     assert probe_status(_result(["ok"] * 3, False), 0, False) == "extrapolated"  # never loaded as calibration
     assert probe_status(_result(["ok", "oom", "skipped"], False), 0, False) == "oom"
-    assert probe_status(None, 124, False) == "timeout" and probe_status(None, 1, False) == "exit 1"
+    assert probe_status(None, 124, False) == "timeout"
+    assert probe_status(None, 1, False) == "exit 1"
     cols = comparison(_result(["ok"] * 4, True))
     assert cols["extrapolated_allocated_gib"] == 1.9  # the line at 8 layers, not the full run's figure
     assert cols["extrapolated_step_time_s"] == 0.5

@@ -19,7 +19,8 @@ def test_divergence_fires_from_the_third_step_against_the_running_minimum():
     assert rule.observe(5, 51.0) == "loss diverged: 51 at step 5 is above 10 x this attempt's lowest loss so far 5"
     assert (rule.first_step, rule.low) == (1, 5.0)
     resumed = Divergence(10.0)  # an attempt that starts at step 11: its own third step
-    assert resumed.observe(11, 6.0) is None and resumed.observe(12, 600.0) is None
+    assert resumed.observe(11, 6.0) is None
+    assert resumed.observe(12, 600.0) is None
     assert resumed.observe(10 + DIVERGENCE_FROM, 61.0) is not None
     assert Divergence(10.0).observe(1, math.nan) is None
 
@@ -27,22 +28,26 @@ def test_divergence_fires_from_the_third_step_against_the_running_minimum():
 def test_non_finite_names_the_figure():
     assert non_finite("loss", math.nan, 4) == ("loss_nan", "loss is nan at step 4")
     assert non_finite("grad_norm", math.inf, 2) == ("grad_norm_nan", "grad_norm is inf at step 2")
-    assert non_finite("loss", 1.0, 2) is None and non_finite("lr", math.nan, 2) is None
+    assert non_finite("loss", 1.0, 2) is None
+    assert non_finite("lr", math.nan, 2) is None
     assert stop_reason("loss_nan", "loss is nan at step 4") == "stopped: loss is NaN/Inf (loss is nan at step 4)"
 
 
 def test_the_guard_stops_on_the_issues_lr_10_losses_at_step_3():
     guard = Guard(rules())
-    assert guard.observe(1, 6.2, 1.0) is None and guard.observe(2, 849.0, 50.0) is None
+    assert guard.observe(1, 6.2, 1.0) is None
+    assert guard.observe(2, 849.0, 50.0) is None
     kind, step, message = guard.observe(3, 3112.0, 90.0)
-    assert (kind, step) == ("loss_diverged", 3) and guard.reason == f"stopped: loss diverged ({message})"
+    assert (kind, step) == ("loss_diverged", 3)
+    assert guard.reason == f"stopped: loss diverged ({message})"
 
 
 def test_the_guard_stops_on_a_nan_grad_norm_and_only_where_its_switch_is_on(tmp_path):
     guard = Guard(rules())
     assert guard.observe(1, 6.2, math.nan) == ("grad_norm_nan", 1, "grad_norm is nan at step 1")
     guard.write(tmp_path, attempt=2)
-    assert read_stopped(tmp_path, 2)["reason"] == guard.reason and read_stopped(tmp_path, 1) is None
+    assert read_stopped(tmp_path, 2)["reason"] == guard.reason
+    assert read_stopped(tmp_path, 1) is None
     off = Guard(rules(stop_on_nan=False, stop_on_divergence=False))
     assert [off.observe(s, v, None) for s, v in [(1, 6.2), (2, math.nan), (3, 6000.0)]] == [None] * 3
     assert off.reason is None

@@ -32,8 +32,10 @@ def test_the_guide_setup_names_the_ignored_block_the_trainer_mismatches_and_the_
     # DeepSpeed reads no `sequence_parallelism` block: the warning names it and what sets Ulysses instead
     block = r["warnings"][0]
     assert block["field"] == "sequence_parallelism"
-    assert "DeepSpeed ignores this block" in block["message"] and "parallelism_config.sp_size" in block["message"]
-    assert "sequence_parallel_size" in block["message"] and "degree" in block["message"]
+    assert "DeepSpeed ignores this block" in block["message"]
+    assert "parallelism_config.sp_size" in block["message"]
+    assert "sequence_parallel_size" in block["message"]
+    assert "degree" in block["message"]
     # the Trainer checks fp16 and gradient_accumulation_steps against its own arguments, which the launch line
     # leaves at their defaults (False, 1): both named, with the argument that fixes each
     by_field = {w["field"]: w["message"] for w in r["warnings"]}
@@ -46,31 +48,40 @@ def test_the_guide_setup_names_the_ignored_block_the_trainer_mismatches_and_the_
                             "(hardware.gpus_per_node); the plan spreads the 32 ranks over 4 nodes"}]
     p = r["plan"]
     assert p["model"] == {"preset": "meta-llama/Llama-3.1-8B"}  # Meta-Llama-3-8B's architecture
-    assert p["hardware"]["gpus_per_node"] == 8 and p["hardware"]["num_nodes"] == 4
+    assert p["hardware"]["gpus_per_node"] == 8
+    assert p["hardware"]["num_nodes"] == 4
     assert p["parallel"] == {"sp_size": 1, "dp_size": 32}  # nothing the libraries read turns Ulysses on
     t = p["training"]
     assert (t["seq_len"], t["micro_batch_size"], t["grad_accum"], t["dtype"], t["zero_stage"]) == \
         (524288, 1, 4, "fp16", 3)
-    assert t["offload_optimizer"] and t["offload_params"] and t["max_grad_norm"] == 1.0
+    assert t["offload_optimizer"]
+    assert t["offload_params"]
+    assert t["max_grad_norm"] == 1.0
     # what the setup leaves to defaults is listed with the value it takes
     assert {"training.attn_implementation", "training.activation_checkpointing", "hardware.gpu",
             "hardware.gpus_per_node", "model.preset"} <= set(fields(r["defaults"]))
     # estimated at once: 512K tokens on one GPU without Ulysses does not fit an H100
-    assert r["estimate"]["valid"] and r["estimate"]["memory"]["fits"] is False
+    assert r["estimate"]["valid"]
+    assert r["estimate"]["memory"]["fits"] is False
 
 
 def test_an_accelerate_yaml_with_parallelism_config_maps_ulysses_nodes_and_offload():
     r = importer.import_setup(None, fixture("accelerate_sp_launch.txt"),
                               importer.parse_yaml(fixture("accelerate_sp.yaml"), "accelerate_config"))
-    assert r["errors"] == [] and r["warnings"] == []
+    assert r["errors"] == []
+    assert r["warnings"] == []
     p = r["plan"]
-    assert p["hardware"]["gpus_per_node"] == 8 and p["hardware"]["num_nodes"] == 2
+    assert p["hardware"]["gpus_per_node"] == 8
+    assert p["hardware"]["num_nodes"] == 2
     assert p["parallel"] == {"sp_size": 8, "dp_size": 2}
     t = p["training"]
     assert (t["zero_stage"], t["offload_optimizer"], t["offload_params"], t["grad_accum"], t["dtype"]) == \
         (3, True, False, 2, "bf16")
-    assert t["attn_implementation"] == "flash_attention_2" and t["activation_checkpointing"] and t["liger_kernel"]
-    assert t["seq_len"] == 131072 and p["model"] == {"preset": "Qwen/Qwen3-8B"}
+    assert t["attn_implementation"] == "flash_attention_2"
+    assert t["activation_checkpointing"]
+    assert t["liger_kernel"]
+    assert t["seq_len"] == 131072
+    assert p["model"] == {"preset": "Qwen/Qwen3-8B"}
     assert r["estimate"]["valid"]
 
 
@@ -82,11 +93,13 @@ def test_the_planners_own_exports_import_back_to_the_same_plan_without_a_warning
     r = importer.import_setup(json.loads(ex["deepspeed_json_hf_trainer"]), launch,
                               importer.parse_yaml(ex["accelerate_yaml"], "accelerate_config"),
                               gpus_per_node=EXAMPLE["hardware"]["gpus_per_node"], gpu="H100-80GB")
-    assert r["errors"] == [] and r["warnings"] == []
+    assert r["errors"] == []
+    assert r["warnings"] == []
     original = planner.Plan.model_validate(EXAMPLE).effective()
     for section in ("model", "parallel", "training"):
         assert r["plan"][section] == original[section], section
-    assert r["plan"]["hardware"]["gpus_per_node"] == 4 and r["plan"]["hardware"]["num_nodes"] == 1
+    assert r["plan"]["hardware"]["gpus_per_node"] == 4
+    assert r["plan"]["hardware"]["num_nodes"] == 1
     assert r["estimate"] == planner.estimate(r["plan"])
 
 
@@ -98,7 +111,8 @@ def test_auto_values_without_a_trainer_argument_are_listed_as_the_default_they_t
     notes = {d["field"]: d["message"] for d in r["defaults"]}
     assert "per_device_train_batch_size=8" in notes["train_micro_batch_size_per_gpu"]
     assert "gradient_accumulation_steps=1" in notes["gradient_accumulation_steps"]
-    assert r["plan"]["training"]["micro_batch_size"] == 8 and r["plan"]["training"]["grad_accum"] == 1
+    assert r["plan"]["training"]["micro_batch_size"] == 8
+    assert r["plan"]["training"]["grad_accum"] == 1
     assert r["errors"] == []
 
 
@@ -108,7 +122,8 @@ def test_a_trainer_argument_that_contradicts_the_deepspeed_config_is_an_error_na
                               "--max_seq_length 8192 --gradient_accumulation_steps 2")
     [e] = r["errors"]
     assert e["field"] == "gradient_accumulation_steps"
-    assert "gradient_accumulation_steps=4" in e["message"] and "--gradient_accumulation_steps=2" in e["message"]
+    assert "gradient_accumulation_steps=4" in e["message"]
+    assert "--gradient_accumulation_steps=2" in e["message"]
 
 
 def test_unknown_nested_keys_are_named_never_dropped():
@@ -139,7 +154,8 @@ def test_unknown_nested_keys_are_named_never_dropped():
 def test_malformed_input_names_its_line(parse, text, line):
     with pytest.raises(importer.InputError) as e:
         parse(text, "ds_config")
-    assert e.value.line == line and f"line {line}" in str(e.value)
+    assert e.value.line == line
+    assert f"line {line}" in str(e.value)
 
 
 def test_launch_lines_of_each_launcher():
@@ -147,7 +163,9 @@ def test_launch_lines_of_each_launcher():
         {"num_nodes": 2, "num_gpus": 8}
     run = importer.parse_launch("NCCL_DEBUG=INFO python -m torch.distributed.run --nproc-per-node=4 --nnodes 1:2 "
                                 "--standalone train.py --bf16 --max_seq_length=4096")
-    assert run.launcher == "torchrun" and run.options["nproc_per_node"] == 4 and run.options["standalone"] is True
+    assert run.launcher == "torchrun"
+    assert run.options["nproc_per_node"] == 4
+    assert run.options["standalone"] is True
     assert run.script_args == {"bf16": True, "max_seq_length": 4096}
     with pytest.raises(importer.InputError):
         importer.parse_launch("srun train.py")

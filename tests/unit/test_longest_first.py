@@ -25,7 +25,9 @@ def test_make_tests_plugin_option_loads_it():
                           "-p", "tests.longest_first", *files], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     ids = [line for line in out.stdout.splitlines() if "::" in line]
-    assert ids and ids[0].startswith(files[1]) and ids[-1].startswith(files[0]), ids
+    assert ids, ids
+    assert ids[0].startswith(files[1]), ids
+    assert ids[-1].startswith(files[0]), ids
 
 
 def test_every_listed_file_exists_once():

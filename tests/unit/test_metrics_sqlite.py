@@ -44,7 +44,9 @@ def test_a_rewritten_point_updates_the_value_and_the_rollup_keeps_both_extremes(
     service.ingest(session, 1, [PointIn(rank=0, step=s, name="loss", value=float(s)) for s in range(1, 17)])
     service.ingest(session, 1, [PointIn(rank=0, step=s, name="loss", value=100.0 + s) for s in range(5, 17)])
     rows = dict(session.execute(service.text("SELECT step, value FROM metrics ORDER BY step")).all())
-    assert rows[4] == 4.0 and rows[5] == 105.0 and rows[16] == 116.0
+    assert rows[4] == 4.0
+    assert rows[5] == 105.0
+    assert rows[16] == 116.0
     block = session.execute(service.text(
         "SELECT vmin, vmax, last_step, last_value FROM metric_rollups WHERE tier = 16 AND bucket = 1")).one()
     assert tuple(block) == (16.0, 116.0, 16, 116.0)

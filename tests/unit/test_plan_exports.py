@@ -105,20 +105,25 @@ def test_every_switch_the_estimate_counts_is_in_the_exports_in_each_tools_form()
     x = exports(plan)
     ds = json.loads(x["deepspeed_json"])
     # DeepSpeedConfig with no mpu divides the world by this (deepspeed/runtime/config.py)
-    assert ds["sequence_parallel_size"] == 4 and ds["train_batch_size"] == 1 * 8 * 2
+    assert ds["sequence_parallel_size"] == 4
+    assert ds["train_batch_size"] == 1 * 8 * 2
     args = json.loads(x["training_args_json"])
     ta = args["training_arguments"]
-    assert ta["use_liger_kernel"] and ta["activation_checkpointing"] and ta["deepspeed"] == "deepspeed_config.json"
+    assert ta["use_liger_kernel"]
+    assert ta["activation_checkpointing"]
+    assert ta["deepspeed"] == "deepspeed_config.json"
     assert all(args["alst"][k]["enabled"] for k in ("tiled_mlp", "tiled_logits_loss", "checkpoint_offload"))
     assert args["parallelism_config"] == {"sp_backend": "deepspeed", "sp_size": 4, "dp_shard_size": 2}
     # the YAML names the JSON, and carries no second copy of its settings
     assert "deepspeed_config_file: deepspeed_config.json" in x["accelerate_yaml"]
-    assert "zero_stage" not in x["accelerate_yaml"] and "offload_optimizer_device" not in x["accelerate_yaml"]
+    assert "zero_stage" not in x["accelerate_yaml"]
+    assert "offload_optimizer_device" not in x["accelerate_yaml"]
 
 
 def test_a_single_node_needs_no_main_node_address():
     x = exports(qwen_plan())
-    assert "main_process_ip" not in x["accelerate_yaml"] and len(x["launch_commands_per_node"]) == 1
+    assert "main_process_ip" not in x["accelerate_yaml"]
+    assert len(x["launch_commands_per_node"]) == 1
     assert "--standalone" in x["launch_commands_per_node"][0]
 
 
@@ -129,8 +134,10 @@ def test_the_sbatch_script_asks_for_the_plans_nodes_and_gpus_and_is_valid_bash(t
     signal = next(o for o in options if o.startswith("--signal=B:TERM@"))
     assert int(signal.rsplit("@", 1)[1]) >= 30 + 30  # torchrun's stop floor and the margin, at least
     # one launcher per node, its node rank from Slurm, resuming from the newest checkpoint
-    assert "ULAB_NODE_RANK=$SLURM_PROCID exec python -m worker.trainer" in script and "--resume" in script
-    assert ":${MAIN_NODE_PORT:-29500}" in script and 'ULAB_RDZV_ID="slurm-$SLURM_JOB_ID"' in script
+    assert "ULAB_NODE_RANK=$SLURM_PROCID exec python -m worker.trainer" in script
+    assert "--resume" in script
+    assert ":${MAIN_NODE_PORT:-29500}" in script
+    assert 'ULAB_RDZV_ID="slurm-$SLURM_JOB_ID"' in script
     path = tmp_path / "job.sbatch"
     path.write_text(script)
     check = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)

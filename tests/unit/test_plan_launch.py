@@ -31,9 +31,12 @@ def test_deepspeed_config_follows_the_plan():
     ds = deepspeed_config(plan())
     z = ds["zero_optimization"]
     assert z["stage"] == 3
-    assert z["offload_optimizer"]["device"] == "cpu" and z["offload_param"]["device"] == "cpu"
-    assert ds["bf16"]["enabled"] is True and ds["fp16"]["enabled"] is False
-    assert ds["train_micro_batch_size_per_gpu"] == 1 and ds["gradient_accumulation_steps"] == 4
+    assert z["offload_optimizer"]["device"] == "cpu"
+    assert z["offload_param"]["device"] == "cpu"
+    assert ds["bf16"]["enabled"] is True
+    assert ds["fp16"]["enabled"] is False
+    assert ds["train_micro_batch_size_per_gpu"] == 1
+    assert ds["gradient_accumulation_steps"] == 4
     assert ds["train_batch_size"] == "auto"
 
 
@@ -76,8 +79,11 @@ def test_stop_grace_covers_a_zero3_save_and_reaches_torchrun():
 def test_deepspeed_config_without_offload_or_stage3():
     ds = deepspeed_config(plan(zero_stage=1, offload_optimizer=False, offload_params=False, dtype="fp32"))
     z = ds["zero_optimization"]
-    assert z["stage"] == 1 and "offload_optimizer" not in z and "offload_param" not in z
-    assert not ds["bf16"]["enabled"] and not ds["fp16"]["enabled"]
+    assert z["stage"] == 1
+    assert "offload_optimizer" not in z
+    assert "offload_param" not in z
+    assert not ds["bf16"]["enabled"]
+    assert not ds["fp16"]["enabled"]
 
 
 def test_buckets_shrink_to_a_tiny_model_only():
@@ -90,22 +96,26 @@ def test_buckets_shrink_to_a_tiny_model_only():
 def test_accelerate_yaml_parses_and_names_sp():
     cfg = yaml.safe_load(accelerate_config_yaml(plan()))
     assert cfg["distributed_type"] == "DEEPSPEED"
-    assert cfg["num_processes"] == 8 and cfg["num_machines"] == 2
+    assert cfg["num_processes"] == 8
+    assert cfg["num_machines"] == 2
     # ZeRO stage and offload are the JSON's (one copy); the YAML names it, and zero.Init for ZeRO-3
     assert cfg["deepspeed_config"] == {"deepspeed_config_file": "deepspeed_config.json", "zero3_init_flag": True,
                                        "deepspeed_multinode_launcher": "standard"}
     pc = cfg["parallelism_config"]
-    assert pc["parallelism_config_sp_size"] == 4 and pc["parallelism_config_sp_backend"] == "deepspeed"
+    assert pc["parallelism_config_sp_size"] == 4
+    assert pc["parallelism_config_sp_backend"] == "deepspeed"
     assert pc["parallelism_config_sp_attn_implementation"] == "flash_attention_2"
 
 
 def test_torchrun_single_node_is_standalone_argument_list():
     cmd = torchrun_command("p.json", "runs/1", nproc_per_node=2, python="/py")
     assert cmd[:3] == ["/py", "-m", "torch.distributed.run"]
-    assert "--standalone" in cmd and cmd[cmd.index("--nproc-per-node") + 1] == "2"
+    assert "--standalone" in cmd
+    assert cmd[cmd.index("--nproc-per-node") + 1] == "2"
     i = cmd.index("-m", 3)
     assert cmd[i + 1] == "worker.trainer"
-    assert cmd[cmd.index("--plan") + 1] == "p.json" and cmd[cmd.index("--run-dir") + 1] == "runs/1"
+    assert cmd[cmd.index("--plan") + 1] == "p.json"
+    assert cmd[cmd.index("--run-dir") + 1] == "runs/1"
     assert "--resume" not in cmd
     assert "--resume" in torchrun_command("p.json", "d", nproc_per_node=1, resume=True)
     assert all(isinstance(a, str) for a in cmd)

@@ -30,9 +30,11 @@ def test_recommend_the_guides_512k_on_32_h100():
     for x in recs:
         assert x["plan"]["training"]["seq_len"] == 524288
         assert fits(estimate(x["plan"]))                       # the plan as printed fits on its own
-        assert x["reasons"] and all(isinstance(s, str) for s in x["reasons"])
+        assert x["reasons"]
+        assert all(isinstance(s, str) for s in x["reasons"])
     assert any("NVLink" in s or "nodes" in s for s in recs[0]["reasons"])
-    assert r["rejected"] and all(not fits(estimate(x["plan"])) and x["why"] for x in r["rejected"])
+    assert r["rejected"]
+    assert all(not fits(estimate(x["plan"])) and x["why"] for x in r["rejected"])
 
 
 def test_recommend_keeps_locked_fields():
@@ -50,7 +52,8 @@ def test_recommend_longest_is_sorted_by_length_and_fits():
     # --longest answers the longest context whose band's high end fits (verdict "fits")
     recs = recommend(GUIDE_512K, longest=True)["recommendations"]
     lens = [x["plan"]["training"]["seq_len"] for x in recs]
-    assert lens == sorted(lens, reverse=True) and lens[0] > 524288
+    assert lens == sorted(lens, reverse=True)
+    assert lens[0] > 524288
     assert all(fits(x["estimate"]) for x in recs)
 
 
@@ -61,12 +64,14 @@ def test_recommend_never_ranks_tight_above_fits_and_states_headroom():
     assert verdicts == sorted(verdicts, key=lambda v: v != "fits"), verdicts
     for x in recs:
         lo, hi = x["estimate"]["memory"]["headroom_gib_range"]
-        assert lo <= hi and any("headroom" in line for line in x["reasons"])
+        assert lo <= hi
+        assert any("headroom" in line for line in x["reasons"])
 
 
 def test_recommend_answers_errors_for_an_unknown_model():
     r = recommend({"model": {"preset": "nope"}, "hardware": {"gpu": "H100-80GB"}, "training": {"seq_len": 4096}})
-    assert r["recommendations"] == [] and r["errors"][0]["field"] == "model.preset"
+    assert r["recommendations"] == []
+    assert r["errors"][0]["field"] == "model.preset"
 
 
 def test_recommend_64_gpus_is_pruned():
@@ -84,15 +89,19 @@ OOM_262K = {"model": {"preset": "meta-llama/Llama-3.1-8B"}, "hardware": {"gpu": 
 
 def test_fix_a_plan_that_fits_changes_nothing():
     r = fix(qwen_plan())
-    assert r["changes"] == [] and r["fits"] is True
+    assert r["changes"] == []
+    assert r["fits"] is True
 
 
 def test_fix_the_issues_262k_oom_with_one_free_change():
     assert not estimate(OOM_262K)["memory"]["fits"]
     r = fix(OOM_262K)
-    assert r["fits"] and fits(r["estimate"]) and fits(estimate(r["plan"]))
+    assert r["fits"]
+    assert fits(r["estimate"])
+    assert fits(estimate(r["plan"]))
     assert [c["field"] for c in r["changes"]] == ["training.liger_kernel"]
-    assert r["changes"][0]["from"] is False and r["changes"][0]["to"] is True
+    assert r["changes"][0]["from"] is False
+    assert r["changes"][0]["to"] is True
     assert r["cost"].startswith("free")
 
 
@@ -113,7 +122,8 @@ def test_fix_via_cli():
     out = json.loads(res.output)
     assert set(out) >= {"changes", "plan", "estimate", "cost"}
     res = CliRunner().invoke(ulab, ["plan", "--json", _write(GUIDE_512K), "--recommend"])
-    assert res.exit_code == 0 and set(json.loads(res.output)) == {"recommendations", "rejected"}
+    assert res.exit_code == 0
+    assert set(json.loads(res.output)) == {"recommendations", "rejected"}
 
 
 def _write(plan: dict) -> str:
@@ -128,9 +138,11 @@ def _write(plan: dict) -> str:
 def test_fix_aims_for_the_verdict_fits():
     p = qwen_plan(seq_len=max_seq_len(qwen_plan())["likely"])    # the point estimate fits, the band's high end not
     m = estimate(p)["memory"]
-    assert m["device_total_gib"] <= 80 and m["verdict"] == "tight"
+    assert m["device_total_gib"] <= 80
+    assert m["verdict"] == "tight"
     r = fix(p)
-    assert r["changes"] and r["estimate"]["memory"]["verdict"] == "fits"
+    assert r["changes"]
+    assert r["estimate"]["memory"]["verdict"] == "fits"
 
 
 def test_fix_for_an_oomed_run_leaves_room_for_the_planners_error():
@@ -138,7 +150,8 @@ def test_fix_for_an_oomed_run_leaves_room_for_the_planners_error():
     assert estimate(p)["memory"]["fits"]
     assert fix(p)["changes"] == []
     r = fix(p, measured_oom=True)
-    assert r["changes"] and r["estimate"]["memory"]["device_total_gib_range"][1] <= 80 / 1.10
+    assert r["changes"]
+    assert r["estimate"]["memory"]["device_total_gib_range"][1] <= 80 / 1.10
 
 
 # ---- Ulysses vs ring -----------------------------------------------------------------------------------------
@@ -146,9 +159,13 @@ def test_sp_methods_label_and_rules():
     r = compare_sp_methods(alst_plan(8, 4, seq_len=4 << 20))
     assert r["label"] == "estimate: Ulysses Lab trains with Ulysses"
     by = {o["method"]: o for o in r["options"]}
-    assert by["ulysses"]["valid"] and by["ring"]["valid"] and by["hybrid"]["valid"]
-    assert by["hybrid"]["ulysses_degree"] == 8 and by["hybrid"]["ring_degree"] == 4
-    assert r["choice"] in by and r["why"]
+    assert by["ulysses"]["valid"]
+    assert by["ring"]["valid"]
+    assert by["hybrid"]["valid"]
+    assert by["hybrid"]["ulysses_degree"] == 8
+    assert by["hybrid"]["ring_degree"] == 4
+    assert r["choice"] in by
+    assert r["why"]
 
 
 def test_ring_volume_is_p_minus_one_kv_transfers():
@@ -173,9 +190,13 @@ def test_ulysses_invalid_when_heads_do_not_split():
     assert not estimate(p)["valid"]                 # 12 heads do not split 8 ways: Ulysses refuses the plan
     r = compare_sp_methods(p)
     by = {o["method"]: o for o in r["options"]}
-    assert r["valid"] and not by["ulysses"]["valid"] and "12" in by["ulysses"]["why_not"]
-    assert by["ring"]["valid"] and by["ring"]["fits"]          # ring attention splits tokens, not heads
-    assert by["hybrid"]["ulysses_degree"] == 4 and by["hybrid"]["ring_degree"] == 2
+    assert r["valid"]
+    assert not by["ulysses"]["valid"]
+    assert "12" in by["ulysses"]["why_not"]
+    assert by["ring"]["valid"]
+    assert by["ring"]["fits"]  # ring attention splits tokens, not heads
+    assert by["hybrid"]["ulysses_degree"] == 4
+    assert by["hybrid"]["ring_degree"] == 2
     assert r["choice"] in ("ring", "hybrid")
 
 
@@ -198,7 +219,8 @@ def test_recommend_with_text_prints_the_same_answer_as_text():
     with pytest.raises(json.JSONDecodeError):
         json.loads(res.output)
     found = answer["recommendations"]
-    assert found and res.output.startswith(f"{len(found)} configuration")
+    assert found
+    assert res.output.startswith(f"{len(found)} configuration")
     for i, rec in enumerate(found, start=1):  # each with its own speed and reasons, best first
         tps = rec["estimate"]["throughput"]["tokens_per_s"]
         block = res.output.split(f"\n{i}. ", 1)[1]
@@ -206,4 +228,5 @@ def test_recommend_with_text_prints_the_same_answer_as_text():
         assert rec["reasons"][0] in block
         assert f"{tps / 1e3:.1f}k tokens/s" in block or f"{tps / 1e6:.1f}M tokens/s" in block
     bad = CliRunner().invoke(ulab, ["plan", "--json", _write({"model": {"preset": "nope"}}), "--recommend", "--text"])
-    assert bad.exit_code == 1 and bad.output.startswith("not a valid plan:\n  hardware: hardware is required")
+    assert bad.exit_code == 1
+    assert bad.output.startswith("not a valid plan:\n  hardware: hardware is required")

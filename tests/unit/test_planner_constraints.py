@@ -26,20 +26,23 @@ def fields(e):
 
 def assert_invalid(e, field):
     assert e["valid"] is False
-    assert e["memory"] is None and e["throughput"] is None
+    assert e["memory"] is None
+    assert e["throughput"] is None
     assert field in fields(e), e["errors"]
 
 
 def test_base_plan_is_valid():
     e = estimate(BASE)
-    assert e["valid"] is True and e["errors"] == []
+    assert e["valid"] is True
+    assert e["errors"] == []
     assert e["memory"]["peak_allocated_gib"] > 0
 
 
 def test_seq_len_not_divisible_by_sp():
     e = estimate(variant(training__seq_len=32771))
     assert_invalid(e, "training.seq_len")
-    assert "32771" in e["errors"][0]["message"] and "4" in e["errors"][0]["message"]
+    assert "32771" in e["errors"][0]["message"]
+    assert "4" in e["errors"][0]["message"]
 
 
 def test_heads_not_divisible_by_sp():
@@ -111,16 +114,20 @@ def test_missing_gpu_is_required_not_unknown():
     e = estimate(plan)
     assert_invalid(e, "hardware.gpu")
     msg = e["errors"][0]["message"]
-    assert msg.startswith("hardware.gpu is required;") and "H100-80GB" in msg and "None" not in msg
+    assert msg.startswith("hardware.gpu is required;")
+    assert "H100-80GB" in msg
+    assert "None" not in msg
 
 
 def test_custom_gpu_object():
     gpu = {"name": "MyGPU-96", "memory_gib": 96, "hbm_tb_per_s": 4.0, "bf16_dense_tflops": 1000,
            "nvlink_gb_per_s_per_direction": 450, "typical_internode_gb_per_s": 50}
     e = estimate(variant(hardware__gpu=gpu))
-    assert e["valid"] is True and e["memory"]["gpu_capacity_gib"] == 96
+    assert e["valid"] is True
+    assert e["memory"]["gpu_capacity_gib"] == 96
     bad = estimate(variant(hardware__gpu={"name": "x", "memory_gib": 96}))
-    assert bad["valid"] is False and bad["memory"] is None
+    assert bad["valid"] is False
+    assert bad["memory"] is None
     assert sorted(fields(bad)) == sorted(f"hardware.gpu.{c}" for c in ("hbm_tb_per_s", "bf16_dense_tflops",
                                                                       "nvlink_gb_per_s_per_direction",
                                                                       "typical_internode_gb_per_s"))
@@ -151,7 +158,8 @@ def test_malformed_fields(plan, field):
 @pytest.mark.parametrize("plan", [None, [], "x", 3, {"model": 1, "hardware": "h100", "parallel": [], "training": 7}])
 def test_garbage_never_raises(plan):
     e = estimate(plan)
-    assert e["valid"] is False and e["errors"]
+    assert e["valid"] is False
+    assert e["errors"]
 
 
 def test_warning_beyond_max_position_embeddings():

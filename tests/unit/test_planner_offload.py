@@ -78,7 +78,8 @@ def test_bf16_optimizer_states_offloaded_and_zero2():
     parsed = parse(p)[0]
     assert parsed is not None
     model, gpu = resolve_model(parsed, []), resolve_gpu(parsed, [])
-    assert model is not None and gpu is not None
+    assert model is not None
+    assert gpu is not None
     s = Spec(plan=parsed, model=model, gpu=gpu)
     psi = s.model.total_params
     cpu = mem.cpu_terms(s, 0.0)["breakdown"]
@@ -103,7 +104,8 @@ def test_bf16_optimizer_states_rules_name_the_field(training, message):
     e = estimate(plan(LLAMA8B, sp=8, seq=16384, bf16_optimizer_states=True, **training))
     assert not e["valid"]
     hits = [x for x in e["errors"] if x["field"] == "training.bf16_optimizer_states"]
-    assert hits and message in hits[0]["message"], e["errors"]
+    assert hits, e["errors"]
+    assert message in hits[0]["message"], e["errors"]
 
 
 def test_shared_experts_count_as_parameters_and_as_active_width():
@@ -121,7 +123,8 @@ def test_shared_experts_count_as_parameters_and_as_active_width():
     # DeepSeek-style: n_shared_experts of the routed experts' width, no gate
     ds = model_from_config({**cfg, "model_type": "deepseek_v2", "n_shared_experts": 2,
                             "shared_expert_intermediate_size": None})
-    assert ds.shared_expert_size == 2 * 1408 and not ds.shared_expert_gate
+    assert ds.shared_expert_size == 2 * 1408
+    assert not ds.shared_expert_gate
 
 
 def test_bf16_optimizer_states_is_trained_so_no_warning_and_the_config_carries_it():
@@ -157,7 +160,8 @@ def test_moe_dense_layers_as_transformers_builds_them():
             "num_local_experts": 128, "num_experts_per_tok": 1, "interleave_moe_layer_step": 2,
             "vocab_size": 202048, "tie_word_embeddings": False}
     m = model_from_config({"model_type": "llama4", "text_config": text})
-    assert m.dense_layers == 24 and m.dense_intermediate_size == 16384
+    assert m.dense_layers == 24
+    assert m.dense_intermediate_size == 16384
     assert m.total_params == pytest.approx(400e9, rel=0.01)
     assert m.num_hidden_layers * m.layer_matmul_params + 2 * m.embedding_params == pytest.approx(17e9, rel=0.03)
     assert m.mlp_width == 16384                  # the widest layer's activations: a dense one

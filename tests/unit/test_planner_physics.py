@@ -96,7 +96,8 @@ def test_seq_parallel_communication_dtype_sizes_the_bucket_and_the_traffic():
     h = 2560
     f32 = spec_of(plan(QWEN4B, sp=4, seq=4096))
     b16 = spec_of(plan(QWEN4B, sp=4, seq=4096, seq_parallel_communication_data_type="bf16"))
-    assert mem.grad_comm_bytes(f32) == 4 and mem.grad_comm_bytes(b16) == 2
+    assert mem.grad_comm_bytes(f32) == 4
+    assert mem.grad_comm_bytes(b16) == 2
     assert mem.zero_buffer_terms(f32)["layer"] - mem.zero_buffer_terms(b16)["layer"] == pytest.approx(2 * h * h)
     psi, n = f32.model.total_params, 4
     t32, t16 = thr.estimate_throughput(f32), thr.estimate_throughput(b16)
@@ -144,7 +145,8 @@ def test_document_len_sets_the_attention_length():
     whole = spec_of(plan(LLAMA8B, sp=8, seq=65536))
     packed = spec_of(plan(LLAMA8B, sp=8, seq=65536, document_len=4096))
     same = spec_of(plan(LLAMA8B, sp=8, seq=65536, document_len=65536))
-    assert thr.attention_len(packed) == 4096 and thr.attention_len(whole) == 65536
+    assert thr.attention_len(packed) == 4096
+    assert thr.attention_len(whole) == 65536
     f_whole, f_packed = thr.flops_per_token(whole), thr.flops_per_token(packed)
     assert f_whole["hw_matmul"] == f_packed["hw_matmul"]
     assert f_packed["hw_attention"] == pytest.approx(f_whole["hw_attention"] * 4096 / 65536)

@@ -25,11 +25,13 @@ def test_text_gives_the_json_figures():
     assert f"{m['peak_allocated_gib']:.2f} GiB allocated" in text
     assert f"{m['device_total_gib']:.2f} GiB device total of 80 GiB" in text
     lo, hi = m["device_total_gib_range"]
-    assert m["verdict"] == "fits" and f"fits with {80 - hi:.0f}\u2013{80 - lo:.0f} GiB to spare" in text
+    assert m["verdict"] == "fits"
+    assert f"fits with {80 - hi:.0f}\u2013{80 - lo:.0f} GiB to spare" in text
     slo, shi = t["step_time_s_range"]
     assert f"range: {slo:.4g}\u2013{shi:.4g} s per step" in text
     assert f"{m['cpu_gib_per_node']:.1f} GiB of 1900 GiB: fits" in text
-    assert f"MFU {100 * t['mfu']:.1f}%" in text and f"{t['tflops_per_gpu']:.1f} TFLOPS" in text
+    assert f"MFU {100 * t['mfu']:.1f}%" in text
+    assert f"{t['tflops_per_gpu']:.1f} TFLOPS" in text
     for part, gib in m["breakdown_gib"].items():  # every non-zero part, by name
         assert (f"{part.replace('_', ' ')} {gib:.3g} GiB" in text) == (gib != 0), part
     assert "warning: training.seq_len" in text  # 64K is past Qwen3-4B's 40,960 positions
@@ -39,8 +41,10 @@ def test_text_of_a_max_context_search_states_the_length_it_found():
     as_json, as_text = ulab_plan(EXAMPLE, "--max-seq"), ulab_plan(EXAMPLE, "--max-seq", "--text")
     ans = json.loads(as_json.stdout)
     n, safe = ans["max_seq_len"], ans["safe"]
-    assert n == ans["likely"] and 0 < safe < n
-    assert n > 65536 and f"longest seq_len that fits: {n:,} tokens likely, {safe:,} safe" in as_text.stdout
+    assert n == ans["likely"]
+    assert 0 < safe < n
+    assert n > 65536
+    assert f"longest seq_len that fits: {n:,} tokens likely, {safe:,} safe" in as_text.stdout
     assert f"seq_len {n:,}," in as_text.stdout  # the header describes the estimate shown, at that length
 
 
@@ -49,7 +53,8 @@ def test_text_names_each_broken_field_and_exits_1(tmp_path):
     bad.write_text(json.dumps(qwen_plan(seq_len=32770)))  # not a multiple of sp_size 4
     r = ulab_plan(bad, "--text")
     assert r.returncode == 1
-    assert r.stdout.startswith("not a valid plan:") and "training.seq_len:" in r.stdout
+    assert r.stdout.startswith("not a valid plan:")
+    assert "training.seq_len:" in r.stdout
 
 
 def test_text_says_when_a_plan_does_not_fit_or_may_not():
@@ -58,7 +63,8 @@ def test_text_says_when_a_plan_does_not_fit_or_may_not():
         plan = qwen_plan(seq_len=seq)
         est = estimate(plan)
         m = est["memory"]
-        assert m["verdict"] == verdict and not m["fits"]
+        assert m["verdict"] == verdict
+        assert not m["fits"]
         lo, hi = m["device_total_gib_range"]
         assert f"{words}{lo:.0f}\u2013{hi:.0f} GiB of 80" in text_report(plan, est)
 

@@ -21,13 +21,18 @@ def test_max_seq_is_the_boundary(changes):
     # `likely` (= max_seq_len) is where the point estimate stops fitting, `safe` where the band's high end does.
     r = max_seq_len(with_training(**changes))
     n, safe = r["max_seq_len"], r["safe"]
-    assert isinstance(n, int) and n > 0 and n % 4 == 0 and r["likely"] == n
-    assert 0 < safe < n <= r["optimistic"] and safe % 4 == 0
+    assert isinstance(n, int)
+    assert n > 0
+    assert n % 4 == 0
+    assert r["likely"] == n
+    assert 0 < safe < n <= r["optimistic"]
+    assert safe % 4 == 0
 
     def point_fits(seq):
         m = estimate(with_training(seq_len=seq, **changes))["memory"]
         return m["device_total_gib"] <= m["gpu_capacity_gib"]
-    assert point_fits(n) and not point_fits(n + 4)
+    assert point_fits(n)
+    assert not point_fits(n + 4)
     assert estimate(with_training(seq_len=safe, **changes))["memory"]["verdict"] == "fits"
     assert estimate(with_training(seq_len=safe + 4, **changes))["memory"]["verdict"] == "tight"
 
@@ -53,13 +58,15 @@ def test_max_seq_of_invalid_plan():
     p = copy.deepcopy(BASE)
     p["hardware"]["gpu"] = "Z9000"
     r = max_seq_len(p)
-    assert r["max_seq_len"] is None and r["estimate"]["valid"] is False
+    assert r["max_seq_len"] is None
+    assert r["estimate"]["valid"] is False
     assert r["estimate"]["errors"][0]["field"] == "hardware.gpu"
 
 
 def test_sweep_shape_keeps_the_gpu_count_and_dp_follows_sp():
     r = sweep(BASE, [1, 2, 4, 8], [8192, 32768, 131072])
-    assert r["seq_lens"] == [8192, 32768, 131072] and r["gpu_capacity_gib"] == 80.0
+    assert r["seq_lens"] == [8192, 32768, 131072]
+    assert r["gpu_capacity_gib"] == 80.0
     assert [s["sp_size"] for s in r["series"]] == [1, 2, 4, 8]
     *valid, eight = r["series"]
     for s in valid:
@@ -67,7 +74,8 @@ def test_sweep_shape_keeps_the_gpu_count_and_dp_follows_sp():
         for key in ("peak_allocated_gib", "device_total_gib", "tokens_per_s", "fits"):
             assert len(s[key]) == 3
         assert s["peak_allocated_gib"] == sorted(s["peak_allocated_gib"])
-    assert eight["valid"] is False and "does not divide the plan's 4 GPUs" in eight["errors"][0]["message"]
+    assert eight["valid"] is False
+    assert "does not divide the plan's 4 GPUs" in eight["errors"][0]["message"]
     by_sp = {s["sp_size"]: s for s in valid}
     assert by_sp[4]["peak_allocated_gib"][-1] < by_sp[1]["peak_allocated_gib"][-1]
     assert by_sp[4]["max_seq_len"] > by_sp[1]["max_seq_len"]
@@ -79,9 +87,11 @@ def test_sweep_defaults_and_invalid_sp():
     r = sweep(BASE, None, None)
     sps = [s["sp_size"] for s in r["series"]]
     assert sps == [1, 2, 4]  # the head-compatible sizes that divide the plan's 4 GPUs
-    assert len(r["seq_lens"]) >= 6 and r["seq_lens"] == sorted(r["seq_lens"])
+    assert len(r["seq_lens"]) >= 6
+    assert r["seq_lens"] == sorted(r["seq_lens"])
     bad = sweep(BASE, [3, 4], [8192])
-    assert bad["series"][0]["valid"] is False and bad["series"][0]["errors"][0]["field"] == "parallel.sp_size"
+    assert bad["series"][0]["valid"] is False
+    assert bad["series"][0]["errors"][0]["field"] == "parallel.sp_size"
     assert bad["series"][1]["valid"] is True
 
 
@@ -91,7 +101,8 @@ def test_exports_are_the_trainers_files():
     x = exports(BASE)
     assert json.loads(x["deepspeed_json_hf_trainer"]) == launch_config.deepspeed_config(BASE)
     assert x["accelerate_yaml"] == launch_config.accelerate_config_yaml(BASE)
-    assert "--nproc-per-node 4" in x["launch_command"] and "worker.trainer" in x["launch_command"]
+    assert "--nproc-per-node 4" in x["launch_command"]
+    assert "worker.trainer" in x["launch_command"]
     two = copy.deepcopy(BASE)
     two["hardware"].update(gpus_per_node=2, num_nodes=2)
     assert "--nnodes 2" in exports(two)["launch_command"]

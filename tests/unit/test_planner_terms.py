@@ -179,7 +179,8 @@ def test_breakdown_sums_and_device_total():
 def test_memory_grows_with_seq_and_shrinks_with_sp():
     p = [estimate(plan({"preset": "Qwen/Qwen3-4B"}, sp=4, seq=s))["memory"]["peak_allocated_gib"]
          for s in (8192, 32768, 131072)]
-    assert p == sorted(p) and p[0] < p[-1]
+    assert p == sorted(p)
+    assert p[0] < p[-1]
     sp8 = estimate(plan({"preset": "Qwen/Qwen3-4B"}, sp=8, seq=131072))["memory"]["peak_allocated_gib"]
     assert sp8 < p[-1]
 

@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from plan import traced_estimate  # noqa: E402
+from plan import traced_estimate
 
 
 def plan(cfg, sp, seq, ac, attn="sdpa", liger=False):

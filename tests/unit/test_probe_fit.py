@@ -38,7 +38,8 @@ def test_fit_line_recovers_slope_and_intercept():
 def test_extrapolates_each_rank_and_step_time_to_the_model_depth():
     measured = [_depth(d, [1.0 + 0.25 * d, 1.1 + 0.25 * d], 0.1 + 0.05 * d) for d in (1, 2, 4)]
     r = summarize(_plan(8), measured, "cpu")
-    assert r["plan_depth"] == 8 and r["depths"] == [1, 2, 4]
+    assert r["plan_depth"] == 8
+    assert r["depths"] == [1, 2, 4]
     assert r["extrapolated"]["peak_allocated_gib_per_rank"] == pytest.approx([3.0, 3.1])
     assert r["extrapolated"]["peak_allocated_gib"] == pytest.approx(3.1)  # the fullest rank
     assert r["extrapolated"]["step_time_s"] == pytest.approx(0.5)
@@ -48,9 +49,12 @@ def test_extrapolates_each_rank_and_step_time_to_the_model_depth():
                            "forward_s": "not measured", "backward_s": "not measured",
                            "optimizer_s": "not measured", "tokens_per_s": "extrapolated"}
     assert r["extrapolated"]["reserved_gib"] is None
-    assert r["predicted"]["peak_allocated_gib"] > 0 and r["predicted"]["tokens_per_s"] > 0
-    assert r["verdict"]["fits"] is True and r["verdict"]["text"].startswith("measured: fits with 77 GiB to spare")
-    assert "extrap" in text_table(r) and "planner" in text_table(r)
+    assert r["predicted"]["peak_allocated_gib"] > 0
+    assert r["predicted"]["tokens_per_s"] > 0
+    assert r["verdict"]["fits"] is True
+    assert r["verdict"]["text"].startswith("measured: fits with 77 GiB to spare")
+    assert "extrap" in text_table(r)
+    assert "planner" in text_table(r)
 
 
 def test_full_depth_is_measured_not_extrapolated():
@@ -58,7 +62,8 @@ def test_full_depth_is_measured_not_extrapolated():
     r = summarize(_plan(8), measured, "cpu")
     assert r["extrapolated"]["peak_allocated_gib"] == pytest.approx(9.6)
     assert r["extrapolated"]["step_time_s"] == pytest.approx(0.9)
-    assert r["source"]["peak_allocated_gib"] == "measured" and r["source"]["step_time_s"] == "measured"
+    assert r["source"]["peak_allocated_gib"] == "measured"
+    assert r["source"]["step_time_s"] == "measured"
     # the line through 1 and 2 layers lands at 9.0 for 8 layers: the check states its error against the measurement
     assert r["check"]["peak_allocated_gib"]["extrapolated"] == [9.0, 9.0]
     assert r["check"]["peak_allocated_gib"]["error"] == pytest.approx([9.0 / 9.5 - 1, 9.0 / 9.6 - 1], abs=1e-4)
@@ -78,7 +83,8 @@ def test_does_not_fit_when_the_line_passes_the_capacity():
     measured = [_depth(d, [10.0 * d, 10.0 * d], 1.0, reserved=[11.0 * d, 11.0 * d]) for d in (1, 2, 4)]
     r = summarize(_plan(8), measured, "cuda")
     assert r["extrapolated"]["reserved_gib"] == pytest.approx(88.0)
-    assert r["verdict"]["fits"] is False and r["verdict"]["text"] == "measured: does not fit, 88 GiB of 80"
+    assert r["verdict"]["fits"] is False
+    assert r["verdict"]["text"] == "measured: does not fit, 88 GiB of 80"
 
 
 def test_warns_where_the_depth_line_does_not_hold():
@@ -88,11 +94,14 @@ def test_warns_where_the_depth_line_does_not_hold():
     text = "\n".join(r["warnings"])
     assert "peak_allocated_gib: the depth-independent term" in text
     assert "step_time_s: not linear in depth" in text
-    assert "offloaded states" in text and "ZeRO-3" in text and "CPU ranks" in text
+    assert "offloaded states" in text
+    assert "ZeRO-3" in text
+    assert "CPU ranks" in text
     # a step time that falls with depth (a loaded machine) is not extrapolated to a negative time
     slower_first = [_depth(d, [1.0 + d, 1.0 + d], [0.9, 0.5, 0.4][i]) for i, d in enumerate((1, 2, 4))]
     r = summarize(_plan(8), slower_first, "cpu")
-    assert r["extrapolated"]["step_time_s"] is None and r["extrapolated"]["tokens_per_s"] is None
+    assert r["extrapolated"]["step_time_s"] is None
+    assert r["extrapolated"]["tokens_per_s"] is None
     assert r["source"]["step_time_s"] == r["source"]["tokens_per_s"] == "not extrapolated: falls with depth"
     assert any("step_time_s: falls with depth" in w for w in r["warnings"])
     clean = summarize(_plan(8), [_depth(d, [1.0 + d, 1.0 + d], 0.1 * d) for d in (1, 2, 4)], "cuda")
@@ -109,9 +118,12 @@ def test_probe_plan_keeps_the_layout_and_shapes_at_reduced_depth():
     assert out["model"]["config"]["layer_types"] == ["full_attention"] * 2
     assert out["model"]["config"]["hidden_size"] == 64
     assert out["parallel"] == {"sp_size": 2, "dp_size": 1}
-    assert out["training"]["zero_stage"] == 3 and out["training"]["tiled_mlp"] is True
-    assert out["run"]["steps"] == 4 and out["run"]["checkpoint_every"] == 0
-    assert "model_path" not in out["run"] and out["run"]["data"] == {"path": "/tmp/probe.txt"}
+    assert out["training"]["zero_stage"] == 3
+    assert out["training"]["tiled_mlp"] is True
+    assert out["run"]["steps"] == 4
+    assert out["run"]["checkpoint_every"] == 0
+    assert "model_path" not in out["run"]
+    assert out["run"]["data"] == {"path": "/tmp/probe.txt"}
     assert out["run"]["learning_rate"] == 3e-4
     assert validate(out).valid
 
@@ -121,7 +133,8 @@ def test_probe_config_of_a_preset_has_its_shapes():
          "training": {"seq_len": 4096}}
     spec = validate(p).spec
     cfg = probe_config(spec, 2)
-    assert cfg["model_type"] == "qwen3" and cfg["num_hidden_layers"] == 2
+    assert cfg["model_type"] == "qwen3"
+    assert cfg["num_hidden_layers"] == 2
     assert (cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"], cfg["head_dim"]) == (2560, 9728,
                                                                                                  151936, 128)
     assert validate(probe_plan(p, 2, 3, "x.txt", cuda=True)).valid
@@ -144,7 +157,8 @@ def test_the_step_breakdown_is_extrapolated_per_part_and_shown_in_text():
     assert parts == {"forward_s": pytest.approx(0.09), "backward_s": pytest.approx(0.18),
                      "optimizer_s": pytest.approx(0.04)}
     assert r["source"]["forward_s"] == r["source"]["optimizer_s"] == "extrapolated"
-    assert "0.090/0.180/0.040" in text_table(r) and "fwd/bwd/opt s" in text_table(r)
+    assert "0.090/0.180/0.040" in text_table(r)
+    assert "fwd/bwd/opt s" in text_table(r)
 
 
 def test_without_the_breakdown_in_the_records_it_is_not_measured():

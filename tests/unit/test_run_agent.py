@@ -105,7 +105,8 @@ def test_a_cancelled_run_leaves_no_calibration_point():
 def test_the_worker_credentials_are_kept_and_reused():
     agent = get_agent()
     first = agent.credentials()
-    assert first.token and first.token_id is not None
+    assert first.token
+    assert first.token_id is not None
     get_agent.cache_clear()  # a restarted worker reads the same kept token
     assert get_agent().credentials() == first
 
@@ -123,11 +124,15 @@ def test_the_forwarder_reads_what_was_stored_through_the_seam():
 def test_a_run_and_a_claim_read_the_validated_plan():
     agent = get_agent()
     claim = running(agent)
-    assert isinstance(claim.plan, Plan) and claim.plan is claim.plan  # validated once
+    assert isinstance(claim.plan, Plan)
+    assert claim.plan is claim.plan  # validated once
     assert (claim.plan.hardware.gpus_per_node, claim.plan.run and claim.plan.run.steps) == (2, 4)
     with db.session_scope() as s:
         run = s.get_one(Run, claim.id)
         first = run.plan
-        assert first is run.plan and first.training.seq_len == 512  # kept while the spec is the same
+        assert first is run.plan  # kept while the spec is the same
+        assert first.training.seq_len == 512
         run.spec = {**run.spec, "run": {**run.spec["run"], "steps": 9}}
-        assert run.plan is not first and run.plan.run is not None and run.plan.run.steps == 9
+        assert run.plan is not first
+        assert run.plan.run is not None
+        assert run.plan.run.steps == 9

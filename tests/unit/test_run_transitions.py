@@ -44,16 +44,23 @@ def test_a_run_from_approval_to_success():
     run_id = new_run()
     assert load(run_id).state == S.PENDING_APPROVAL  # the model's default: creating a run writes no state
     run = on_run(run_id, lambda s, r: transitions.approve(r, by=7, forced=True))
-    assert (run.state, run.approved_by, run.forced) == (S.QUEUED, 7, True) and run.approved_at
+    assert (run.state, run.approved_by, run.forced) == (S.QUEUED, 7, True)
+    assert run.approved_at
     claimed = transitions.claim(run_id, "host:1")
-    assert claimed.state == S.STARTING and claimed.worker == "host:1" and claimed.started_at and claimed.heartbeat_at
+    assert claimed.state == S.STARTING
+    assert claimed.worker == "host:1"
+    assert claimed.started_at
+    assert claimed.heartbeat_at
     assert transitions.claim(run_id, "host:2") is None  # a redelivered message finds it taken
-    assert transitions.start(run_id, 1, "/runs/run-1") and load(run_id).run_dir == "/runs/run-1"
+    assert transitions.start(run_id, 1, "/runs/run-1")
+    assert load(run_id).run_dir == "/runs/run-1"
     assert transitions.heartbeat(run_id, 1, last_step=5) is False
-    assert transitions.heartbeat(run_id, 1, last_step=3) is False and load(run_id).last_step == 5  # never back
+    assert transitions.heartbeat(run_id, 1, last_step=3) is False
+    assert load(run_id).last_step == 5  # never back
     assert transitions.finish(run_id, 1, S.SUCCEEDED, None, last_step=9)
     run = load(run_id)
-    assert (run.state, run.last_step, run.exit_reason) == (S.SUCCEEDED, 9, None) and run.finished_at
+    assert (run.state, run.last_step, run.exit_reason) == (S.SUCCEEDED, 9, None)
+    assert run.finished_at
     assert [(a.attempt, a.state, a.last_step, a.worker) for a in run.attempts] == [(1, "succeeded", 9, "host:1")]
 
 
@@ -102,7 +109,8 @@ def test_approval_is_for_new_runs_only(state):
 def test_cancel_ends_a_waiting_run_at_once_and_asks_an_active_one_to_stop():
     pending, queued_retry, running = new_run(), new_run(state="queued", attempt=2), new_run(state="running")
     run = on_run(pending, transitions.request_cancel)
-    assert (run.state, run.exit_reason) == (S.CANCELLED, "cancelled before it started") and run.finished_at
+    assert (run.state, run.exit_reason) == (S.CANCELLED, "cancelled before it started")
+    assert run.finished_at
     assert on_run(queued_retry, transitions.request_cancel).exit_reason == "retry cancelled before it started"
     run = on_run(running, transitions.request_cancel)
     assert (run.state, run.cancel_requested) == (S.RUNNING, True)  # the worker records `cancelled`

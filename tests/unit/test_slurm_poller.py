@@ -64,7 +64,8 @@ def test_ended_jobs_end_their_runs(slurm_state, exit_code, ours):
     run_id = queued_slurm_run()
     follow(run_id, "RUNNING")
     run = follow(run_id, slurm_state, exit_code=exit_code)
-    assert run.state == ours and run.attempts[-1].state == ours
+    assert run.state == ours
+    assert run.attempts[-1].state == ours
     if ours != "succeeded":
         assert run.exit_reason.startswith(f"Slurm job 41 {slurm_state}, exit code {exit_code}")
 
@@ -72,7 +73,8 @@ def test_ended_jobs_end_their_runs(slurm_state, exit_code, ours):
 def test_a_job_that_ends_before_a_poll_saw_it_run_still_records_its_attempt():
     run_id = queued_slurm_run()
     run = follow(run_id, "COMPLETED")
-    assert run.state == "succeeded" and [a.state for a in run.attempts] == ["succeeded"]
+    assert run.state == "succeeded"
+    assert [a.state for a in run.attempts] == ["succeeded"]
 
 
 @pytest.mark.parametrize("slurm_state", ["TIMEOUT", "NODE_FAIL", "PREEMPTED"])
@@ -89,7 +91,8 @@ def test_lost_without_retries_stays_lost():
     run_id = queued_slurm_run(max_retries=0)
     follow(run_id, "RUNNING")
     run = follow(run_id, "TIMEOUT")
-    assert run.state == "lost" and run.attempt == 1
+    assert run.state == "lost"
+    assert run.attempt == 1
 
 
 def test_a_job_slurm_requeued_serves_the_next_attempt():
@@ -99,7 +102,8 @@ def test_a_job_slurm_requeued_serves_the_next_attempt():
     assert (run.state, run.attempt, run.slurm_job_id, run.slurm_restarts) == ("queued", 2, "41", 1)
     assert run.slurm_reason == "BeginTime"
     run = follow(run_id, "RUNNING", restarts=1)
-    assert run.state == "running" and run.attempt == 2
+    assert run.state == "running"
+    assert run.attempt == 2
     run = follow(run_id, "COMPLETED", restarts=1)
     assert [a.state for a in run.attempts] == ["lost", "succeeded"]
 
@@ -123,7 +127,8 @@ def test_a_requeue_missed_between_two_polls_is_seen_by_the_restart_count():
     run_id = queued_slurm_run(max_retries=1)
     follow(run_id, "RUNNING")
     run = follow(run_id, "RUNNING", restarts=1)  # requeued and running again before the poller looked
-    assert (run.state, run.attempt) == ("running", 2) and [a.state for a in run.attempts] == ["lost"]
+    assert (run.state, run.attempt) == ("running", 2)
+    assert [a.state for a in run.attempts] == ["lost"]
 
 
 def test_cancel_requested_ends_cancelled_whatever_the_trainer_exit():
@@ -143,4 +148,5 @@ def test_a_job_slurm_forgot_is_lost():
     [tracked] = tracked_runs()
     poller.follow(tracked, None)
     run = load(run_id)
-    assert run.state == "lost" and run.exit_reason == "Slurm no longer knows job 41"
+    assert run.state == "lost"
+    assert run.exit_reason == "Slurm no longer knows job 41"

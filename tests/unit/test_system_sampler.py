@@ -15,9 +15,11 @@ def test_a_cpu_rank_reads_its_host_figures_and_no_gpu_figure():
     first = s.sample()
     figures = dict(zip(NAMES, first, strict=True))
     assert 0.05 < figures["rss_gib"] < 64, figures  # this test process: torch is imported
-    assert 0 <= figures["host_cpu_percent"] <= 100 and figures["cpu_percent"] >= 0, figures
+    assert 0 <= figures["host_cpu_percent"] <= 100, figures
+    assert figures["cpu_percent"] >= 0, figures
     assert all(math.isnan(figures[n]) for n in NAMES if n.startswith("gpu_")), figures
-    assert s.sample() is first and s.samples == 1  # within every_s: the previous sample, nothing read
+    assert s.sample() is first
+    assert s.samples == 1  # within every_s: the previous sample, nothing read
 
 
 def test_a_sample_is_taken_again_after_every_s():
@@ -27,7 +29,8 @@ def test_a_sample_is_taken_again_after_every_s():
     while sum(psutil.Process().cpu_times()[:2]) - sum(start[:2]) < 0.05:  # 50 ms of CPU for the rank's figure
         sum(i * i for i in range(10_000))
     second = s.sample()
-    assert s.samples == 2 and second[1] > 0, second
+    assert s.samples == 2, second
+    assert second[1] > 0, second
 
 
 def test_the_gpu_figures_come_from_nvml_in_nvidia_smi_units(monkeypatch):
@@ -45,10 +48,12 @@ def test_the_gpu_figures_come_from_nvml_in_nvidia_smi_units(monkeypatch):
     )
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     s = SystemSampler(cuda_device=3, every_s=0)
-    assert s.nvml == (fake, ("gpu", 3)) and calls == ["init"]
+    assert s.nvml == (fake, ("gpu", 3))
+    assert calls == ["init"]
     figures = dict(zip(NAMES, s.sample(), strict=True))
     assert (figures["gpu_util_percent"], figures["gpu_mem_used_gib"], figures["gpu_power_w"],
             figures["gpu_temp_c"]) == (87.0, 60.0, 512.25, 64.0)
     fake.nvmlDeviceGetPowerUsage = lambda h: (_ for _ in ()).throw(RuntimeError("not supported"))
     figures = dict(zip(NAMES, s.sample(), strict=True))
-    assert math.isnan(figures["gpu_power_w"]) and figures["gpu_temp_c"] == 64.0  # one missing sensor only
+    assert math.isnan(figures["gpu_power_w"])
+    assert figures["gpu_temp_c"] == 64.0  # one missing sensor only

@@ -44,12 +44,15 @@ def test_the_evaluation_holds_back_the_last_complete_rows():
     training rows, and the rows before it are held back."""
     rows = {"input_ids": np.arange(5)[:, None] * np.ones((1, 4), dtype=np.int64)}
     train, held = hold_back(rows, 2, padded_last=True)
-    assert held["input_ids"][:, 0].tolist() == [2, 3] and train["input_ids"][:, 0].tolist() == [0, 1, 4]
+    assert held["input_ids"][:, 0].tolist() == [2, 3]
+    assert train["input_ids"][:, 0].tolist() == [0, 1, 4]
     train, held = hold_back(rows, 2, padded_last=False)
-    assert held["input_ids"][:, 0].tolist() == [3, 4] and train["input_ids"][:, 0].tolist() == [0, 1, 2]
+    assert held["input_ids"][:, 0].tolist() == [3, 4]
+    assert train["input_ids"][:, 0].tolist() == [0, 1, 2]
     assert hold_back(rows, 0, padded_last=True) == (rows, None)
     train, held = hold_back(rows, 4, padded_last=True)  # no complete row to spare: the padded one is held too
-    assert held["input_ids"][:, 0].tolist() == [1, 2, 3, 4] and train["input_ids"][:, 0].tolist() == [0]
+    assert held["input_ids"][:, 0].tolist() == [1, 2, 3, 4]
+    assert train["input_ids"][:, 0].tolist() == [0]
 
 
 def test_every_row_has_seq_len_and_labels_match_inputs_off_the_boundaries():
@@ -57,7 +60,8 @@ def test_every_row_has_seq_len_and_labels_match_inputs_off_the_boundaries():
     docs = [list(rng.integers(0, 256, rng.integers(1, 50))) for _ in range(40)]
     p = pack_documents(docs, seq_len=64, eos_id=BYTE_EOS, pad_id=BYTE_PAD)
     ids, labels, pos = p["input_ids"], p["labels"], p["position_ids"]
-    assert ids.shape[1] == 64 and labels.shape == ids.shape == pos.shape
+    assert ids.shape[1] == 64
+    assert labels.shape == ids.shape == pos.shape
     keep = labels != -100
     assert (labels[keep] == ids[keep]).all()
     assert keep.sum() > 0.8 * keep.size
@@ -111,7 +115,8 @@ def test_prepare_writes_rows_once_and_reuses_them(tmp_path):
     assert prepare_all_stages(spec, tmp_path / "run") == [path]
     assert path.stat().st_mtime_ns == mtime
     with np.load(path) as z:
-        assert z["input_ids"].shape[1] == 64 and z["input_ids"].shape[1] % spec.sp_size == 0
+        assert z["input_ids"].shape[1] == 64
+        assert z["input_ids"].shape[1] % spec.sp_size == 0
 
 
 def test_byte_tokenizer_round_trip():

@@ -20,7 +20,8 @@ def test_a_passkey_row_hides_the_key_at_its_depth_and_asks_for_it_last(depth):
     tok = ByteTokenizer()
     row = passkey_row(tok, 256, depth, 71432)
     text = bytes(row["input_ids"].tolist()).decode()
-    assert len(row["input_ids"]) == 256 and row["position_ids"].tolist() == list(range(256))
+    assert len(row["input_ids"]) == 256
+    assert row["position_ids"].tolist() == list(range(256))
     assert text.endswith("What is the pass key? The pass key is 71432")
     at = text.index("The pass key is 71432. Remember it.")
     room = 256 - len(text[text.index(" What is"):]) - len(" The pass key is 71432. Remember it. ")
@@ -35,7 +36,8 @@ def _with_stages(*stages) -> dict:
 
 def test_a_passkey_stage_needs_a_training_stage_before_it_and_lengths_within_its_seq_len():
     ok = validate(_with_stages({"seq_len": 256, "steps": 2}, {"kind": "passkey", "seq_len": 512}))
-    assert ok.errors == [] and ok.spec.plan.passkey_tests()[0][1].test_lengths(2) == [128, 256, 512]
+    assert ok.errors == []
+    assert ok.spec.plan.passkey_tests()[0][1].test_lengths(2) == [128, 256, 512]
     assert ok.spec.plan.total_steps() == 2
     first = validate(_with_stages({"kind": "passkey", "seq_len": 512}, {"seq_len": 256, "steps": 2}))
     assert [e["field"] for e in first.errors] == ["run.stages[0].kind"], first.errors

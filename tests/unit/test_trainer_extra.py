@@ -48,5 +48,7 @@ def test_the_extra_pins_what_the_base_pins():
 
 def test_the_exports_install_the_trainer_extra():
     files = export_files(tiny_plan() | {"run": {"data": {"path": "data.txt"}}})
-    assert TRAINER_INSTALL in files["README.txt"] and TRAINER_INSTALL in files["ulab-job.sbatch"]
-    assert "-m worker.trainer" in files["launch_node0.sh"] and "-m worker.trainer" in files["ulab-job.sbatch"]
+    assert TRAINER_INSTALL in files["README.txt"]
+    assert TRAINER_INSTALL in files["ulab-job.sbatch"]
+    assert "-m worker.trainer" in files["launch_node0.sh"]
+    assert "-m worker.trainer" in files["ulab-job.sbatch"]

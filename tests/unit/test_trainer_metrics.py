@@ -27,7 +27,8 @@ def test_tracker_counts_live_storages_and_their_peak():
         del a, view
         assert t.current == 2 * MIB  # freed storages leave the count
         c = torch.ones(MIB, dtype=torch.uint8)
-    assert t.peak == 6 * MIB and t.peak_created == 6 * MIB
+    assert t.peak == 6 * MIB
+    assert t.peak_created == 6 * MIB
     del b, c
 
 
@@ -36,7 +37,8 @@ def test_tracker_registers_existing_state_without_counting_it_as_created():
     with TensorMemoryTracker() as t:
         t.register([w, w])
         x = torch.ones(MIB, dtype=torch.uint8)
-    assert t.peak == 2 * MIB and t.peak_created == MIB
+    assert t.peak == 2 * MIB
+    assert t.peak_created == MIB
     del x
 
 
@@ -90,7 +92,8 @@ def test_trainer_flops_equal_the_planners_for_mixtures_of_experts():
                          intermediate_size=512, num_local_experts=8, num_experts_per_tok=2, vocab_size=1000)]
     for cfg in moe:
         planner = model_from_config(cfg.to_dict()).flops_per_token(8192)
-        assert planner > 0 and flops_per_token(cfg, 8192) == planner, cfg.model_type
+        assert planner > 0, cfg.model_type
+        assert flops_per_token(cfg, 8192) == planner, cfg.model_type
     # by hand, the first: per layer q,o 2*256*256 + k,v 2*256*64, the 4 routed experts of width 96 as one SwiGLU
     # MLP 3*256*(4*96) and the router 256*16 (the other 12 experts cost no FLOPs); plus lm_head 256*1000
     n = 3 * (2 * 256 * 256 + 2 * 256 * 64 + 3 * 256 * 4 * 96 + 256 * 16) + 256 * 1000
@@ -122,7 +125,8 @@ def test_writer_keeps_lines_valid_json(tmp_path):
         w.write({"step": s, "loss": float("nan") if s == 3 else 1.0 / s, "peak": [1.0, float("inf")]})
     w.close()
     rows = [json.loads(line) for line in p.read_text().splitlines()]
-    assert rows[2]["loss"] is None and rows[0]["peak"] == [1.0, None]
+    assert rows[2]["loss"] is None
+    assert rows[0]["peak"] == [1.0, None]
 
 
 def test_a_fetched_batch_counts_its_own_bytes_not_the_whole_dataset():

@@ -36,13 +36,17 @@ _DELETE = object()
 
 def test_good_plan_parses():
     spec = RunSpec.from_plan(GOOD)
-    assert spec.world_size == 2 and spec.total_steps == 8 and spec.stages[0].seq_len == 512
+    assert spec.world_size == 2
+    assert spec.total_steps == 8
+    assert spec.stages[0].seq_len == 512
 
 
 def test_stages_replace_seq_len_and_steps():
     spec = RunSpec.from_plan(with_("run.stages", [{"seq_len": 256, "steps": 3}, {"seq_len": 512, "steps": 2}]))
     assert [(s.seq_len, s.steps) for s in spec.stages] == [(256, 3), (512, 2)]
-    assert spec.total_steps == 5 and spec.stage_at(4) == (1, 1) and spec.stage_at(5) == (2, 0)
+    assert spec.total_steps == 5
+    assert spec.stage_at(4) == (1, 1)
+    assert spec.stage_at(5) == (2, 0)
 
 
 @pytest.mark.parametrize("path,value,field", [
@@ -74,7 +78,8 @@ def test_a_preset_plan_without_weights_is_valid_and_its_checkpoint_is_checked_wh
 
     plan = with_("model", {"preset": "Qwen/Qwen3-4B"})
     spec = RunSpec.from_plan(plan)
-    assert exports(plan)["valid"] and dry_run(plan, cuda=False)["plan"]["model"] == {"preset": "Qwen/Qwen3-4B"}
+    assert exports(plan)["valid"]
+    assert dry_run(plan, cuda=False)["plan"]["model"] == {"preset": "Qwen/Qwen3-4B"}
     monkeypatch.setenv("ULAB_MODELS_DIR", str(tmp_path))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     from huggingface_hub import constants
@@ -127,7 +132,8 @@ def test_ulab_train_fails_before_any_rank_with_one_line(tmp_path, plan, data, ne
     proc = _ulab_train(tmp_path, plan, data)
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and needle in lines[0], proc.stderr
+    assert len(lines) == 1, proc.stderr
+    assert needle in lines[0], proc.stderr
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 

@@ -55,7 +55,8 @@ def test_stop_kills_a_child_in_another_session_found_by_its_tag(tmp_path):
     assert os.getsid(child.pid) != os.getsid(proc.pid)  # a group or session signal would miss it
     procs = AttemptProcesses(proc, lock, 3)  # nothing refreshed: only the tag can find the child
     assert procs.stop(grace_s=0.5) == []
-    assert proc.returncode == -signal.SIGKILL and not running(child)  # a zombie until init reaps it
+    assert proc.returncode == -signal.SIGKILL
+    assert not running(child)  # a zombie until init reaps it
 
 
 def test_finish_kills_what_the_dead_trainer_left_behind(tmp_path):

@@ -119,7 +119,7 @@ def _read_saved_dataset(path: Path, field: str) -> list[str]:
     if load_from_disk is not None:
         try:
             ds = load_from_disk(str(path))
-        except Exception as e:  # noqa: BLE001 - any failure here is the user's data
+        except Exception as e:  # any failure here is the user's data
             raise DataError(f"run.data.path: {path} is not a dataset saved with save_to_disk: {e}") from None
         if hasattr(ds, "keys") and "train" in ds:
             ds = ds["train"]

@@ -264,13 +264,13 @@ def train_this_rank(spec, run_dir: Path, resume: bool) -> int:
         if says_out_of_memory(str(e)):
             return _oom(run_dir, rank, e)
         return _fail(run_dir, rank, f"rank {rank}: {type(e).__name__}: {_first_line(e)}", EXIT_FAILED)
-    except Exception as e:  # noqa: BLE001 - every failure ends with one line
+    except Exception as e:  # every failure ends with one line
         return _fail(run_dir, rank, f"rank {rank}: {type(e).__name__}: {_first_line(e)}", EXIT_FAILED)
     finally:
         try:
             if torch.distributed.is_initialized():
                 torch.distributed.destroy_process_group()
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
 
 
