@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -272,7 +273,11 @@ def checkpoints(run: Run) -> list[dict]:
 
 
 def world_size(run: Run) -> int:
-    return run.plan.world_size
+    """The run's ranks (sp_size x dp_size); 1 for a stored plan this version no longer reads: its log still shows."""
+    try:
+        return run.plan.world_size
+    except ValidationError:
+        return 1
 
 
 def log_tail(run: Run, lines: int | None, rank: int | None = None, launcher: bool = False,

@@ -70,3 +70,12 @@ def test_the_scan_covers_the_files_that_had_raw_reads():
     names = {str(p.relative_to(ROOT)) for p in source_files("backend", "worker")}
     assert {"backend/runs/guard.py", "backend/runs/model_source.py", "backend/runs/tokenizer_source.py",
             "backend/runs/service.py", "backend/core/queue.py", "worker/trackers.py"} <= names
+
+
+def test_a_runs_ranks_come_from_its_validated_plan_and_an_unreadable_plan_still_shows_its_log():
+    from backend.runs.models import Run
+    from backend.runs.service import world_size
+    from tests.tiny import tiny_plan
+
+    assert world_size(Run(spec=tiny_plan(sp_size=2, dp_size=2))) == 4
+    assert world_size(Run(spec={"parallel": {"sp_size": 2}})) == 1  # no model, hardware, training: not a plan
