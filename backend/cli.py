@@ -87,10 +87,11 @@ def plan(
 def _queue_offer(data: dict) -> tuple[list[str] | None, bool]:
     """What the plan's queue can run (backend/workers/service.queue_offer), from this installation's database."""
     from backend.core.db import session_scope
+    from backend.core.queue import gpu_name
     from backend.workers import service
 
     with session_scope() as s:
-        return service.queue_offer(s, data if isinstance(data, dict) else {})
+        return service.queue_offer(s, gpu_name(data) if isinstance(data, dict) else "")
 
 
 def _import(ds_path: Path, launch: str | None, accelerate_path: Path | None, args_path: Path | None,

@@ -96,12 +96,20 @@ class Service:
         self.name, self.cmd, self.env = name, cmd, env
         self.log = log_dir / f"{name}.log"
         self.proc: subprocess.Popen | None = None
+        self.started_at_byte = 0  # where the latest start's output begins in the log (a restart appends)
 
     def start(self) -> Service:
         with self.log.open("ab") as out:
+            self.started_at_byte = out.tell()
             self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=out, stderr=subprocess.STDOUT,
                                          start_new_session=True, cwd=REPO)
         return self
+
+    def output(self) -> str:
+        """What the latest start wrote to the log."""
+        with self.log.open("rb") as f:
+            f.seek(self.started_at_byte)
+            return f.read().decode(errors="replace")
 
     def stop(self, sig: int = 15, timeout_s: float = 20) -> None:
         if self.proc is None or self.proc.poll() is not None:
@@ -170,7 +178,7 @@ class Stack:
     def wait_worker_ready(self, timeout_s: float = 60) -> None:
         end = time.monotonic() + timeout_s
         while time.monotonic() < end:
-            if "ready." in self.worker.log.read_text(errors="replace"):
+            if "ready." in self.worker.output():  # this start's: a restarted worker's log holds the last one's
                 return
             if self.worker.proc.poll() is not None:
                 raise RuntimeError(f"worker exited: {self.worker.log.read_text()[-3000:]}")

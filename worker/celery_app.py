@@ -52,7 +52,15 @@ def start_worker(gpu_type: str | None, gpus: int, loglevel: str = "info") -> Non
 @worker_ready.connect
 def report_capabilities(sender=None, **_) -> None:
     """At start: this worker's library versions, attention kernels and GPU model (trainer/capabilities.py), shown at
-    GET /api/workers and checked when a run of its queue is approved. A failure to report is logged, not fatal."""
+    GET /api/workers and checked when a run of its queue is approved. A failure to report is logged, not fatal.
+    The last-words files that killed workers left behind are removed first (worker/supervise.py)."""
+    from worker.supervise import remove_stale_last_words
+
+    try:
+        for path in remove_stale_last_words():
+            log.info("removed %s: its worker no longer runs", path)
+    except OSError:
+        log.warning("could not look for stale last-words files", exc_info=True)
     try:
         from worker.trainer.capabilities import capabilities
 

@@ -145,12 +145,51 @@ _TORCHRUN_FAILURE = re.compile(r"^\s*rank\s*:\s*(\d+).*\n(?:.*\n){0,3}?\s*exitco
 _WARNING = re.compile(r"^.*\b\w*Warning: .*$\n?(?:^(?:\[rank\d+\]: )? {2,}\S.*$\n?)?", re.MULTILINE)
 
 
-def last_words_file(run_id: int, attempt: int, node_rank: int) -> Path:
-    """Where an attempt's processes append their failure lines (LAST_WORDS_ENV): in memory (/dev/shm) where there
-    is one, else the temp directory; outside the run directory either way, so a full run disk cannot swallow them."""
+# ulab-run<id>-attempt<n>-node<k>-<pid of the worker>.last-words
+_LAST_WORDS = re.compile(r"^ulab-run\d+-attempt\d+-node\d+-(\d+)\.last-words$")
+
+
+def last_words_dir() -> Path:
+    """In memory (/dev/shm) where there is one, else the temp directory."""
     shm = Path("/dev/shm")
-    base = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
-    return base / f"ulab-run{run_id}-attempt{attempt}-node{node_rank}-{os.getpid()}.last-words"
+    return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+
+
+def last_words_file(run_id: int, attempt: int, node_rank: int) -> Path:
+    """Where an attempt's processes append their failure lines (LAST_WORDS_ENV): under `last_words_dir()`, outside
+    the run directory, so a full run disk cannot swallow them. Named with the worker's pid: the worker removes it
+    when the attempt ends, and a worker that was killed outright leaves it to `remove_stale_last_words`."""
+    return last_words_dir() / f"ulab-run{run_id}-attempt{attempt}-node{node_rank}-{os.getpid()}.last-words"
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (signal 0 checks without sending anything)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
+def remove_stale_last_words(directory: Path | None = None) -> list[Path]:
+    """At a worker's start: remove the last-words files (only files of `last_words_file`'s name) whose worker's pid
+    no longer runs, left by a worker killed outright (SIGKILL: it never removed its trainer's). Answers them."""
+    removed = []
+    for path in sorted((directory or last_words_dir()).glob("ulab-run*.last-words")):
+        match = _LAST_WORDS.match(path.name)
+        if match is None or pid_alive(int(match.group(1))):
+            continue
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            continue  # another worker starting beside this one removed it first
+        except OSError as e:
+            log.warning("could not remove the stale last-words file %s: %s", path, e)
+            continue
+        removed.append(path)
+    return removed
 
 
 def failure_reason(code: int, log_tail: str, cause: str | None = None) -> str:

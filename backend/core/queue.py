@@ -26,7 +26,9 @@ def queue_for(gpu_name: str) -> str:
 
 
 def gpu_name(spec: dict) -> str:
-    """The GPU type a stored plan names (`hardware.gpu`: a catalog name, or a custom GPU's name): its queue's."""
+    """The GPU type a plan not validated yet names (`hardware.gpu`: a catalog name, or a custom GPU's name): its
+    queue's. Only for the user's own file (`ulab plan --from-workers`, which may recommend a partial plan); a stored
+    or validated plan's is `plan_gpu_name(run.plan)`."""
     gpu = spec.get("hardware", {}).get("gpu", "")
     return gpu.get("name", "custom") if isinstance(gpu, dict) else str(gpu)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from backend.core.queue import gpu_name, queue_for
+from backend.core.queue import plan_gpu_name, queue_for
 from backend.core.settings import Settings
 from backend.executors.jobscript import JobRequest, check_name, check_time
 from plan.launch import stop_grace_s
@@ -83,7 +83,7 @@ class SlurmRun(Protocol):
 def job_request(run: SlurmRun, settings: Settings, plan_path: Path) -> JobRequest:
     """The job for the run's live attempt: its nodes and GPUs from the plan, the rest from its GPU queue's
     settings, partition and time limit from the run when it names them."""
-    queue = queue_for(gpu_name(run.spec))
+    queue = queue_for(plan_gpu_name(run.plan))
     hw = run.plan.hardware
     gpus = queue_setting(settings, "slurm_gpus", queue).lower() not in ("false", "0", "no", "")
     grace = stop_grace_s(run.plan) + settings.cancel_grace_s

@@ -4,6 +4,7 @@ from fastapi import APIRouter, Query, Response
 import plan as planner
 from backend.api.deps import RowId, SessionDep
 from backend.auth.deps import Reader, Submitter
+from backend.core.queue import plan_gpu_name
 from backend.plans import service
 from backend.plans.schemas import (
     PlanCreate,
@@ -54,7 +55,7 @@ def recommend(body: RecommendRequest, session: SessionDep, _: Reader) -> Recomme
     seq_len), best first, each with its reasons, and the nearest rejected ones. Training and parallel fields the
     plan sets (seq_len aside) are kept; the rest are searched. Only the attention kernels the live workers of the
     plan's queue report are proposed (all, when none is up), and Liger only where one has it: `queue_kernels`."""
-    kernels, liger = workers.queue_offer(session, body.plan.model_dump(mode="json"))
+    kernels, liger = workers.queue_offer(session, plan_gpu_name(body.plan))
     return planner.recommend(body.plan, longest=body.longest, kernels=kernels,  # type: ignore[return-value]
                              liger=liger)
 
@@ -64,7 +65,7 @@ def fix(plan: Plan, session: SessionDep, _: Reader) -> Fix:
     """The fewest changes that make a plan fit (empty when it fits), cheapest speed cost first; a plan asking an
     attention kernel no live worker of its queue has is moved to one it has, and Liger is proposed only where a
     worker has it."""
-    kernels, liger = workers.queue_offer(session, plan.model_dump(mode="json"))
+    kernels, liger = workers.queue_offer(session, plan_gpu_name(plan))
     return planner.fix(plan, kernels=kernels, liger=liger)  # type: ignore[return-value]
 
 

@@ -18,13 +18,14 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from backend.core.queue import gpu_name, queue_for
+from backend.core.queue import plan_gpu_name, queue_for
 from backend.core.settings import Settings
 from backend.executors import celery
 from backend.runs import slurm_poller
 from backend.runs.models import Run
 from backend.runs.nodes import RunNode
 from backend.runs.states import RunState
+from plan.model import Plan
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ class Executor:
 
 def _send(run: Run) -> None:
     """One "execute run N" message per node on the queue of the run's GPU type."""
-    celery.send(run.id, gpu_name(run.spec), run.priority, run.plan.hardware.num_nodes)
+    celery.send(run.id, plan_gpu_name(run.plan), run.priority, run.plan.hardware.num_nodes)
 
 
 def _claimed(session: Session, run: Run, token_id: int | None) -> bool:
@@ -63,11 +64,12 @@ EXECUTORS: dict[str, Executor] = {
 DEFAULT = "celery"
 
 
-def executor_name(spec: dict, settings: Settings) -> str:
+def executor_name(plan: Plan, settings: Settings) -> str:
     """The executor of the run's GPU queue (ULAB_EXECUTOR_<QUEUE>; celery when unset)."""
-    name = settings.per_queue("executor", queue_for(gpu_name(spec))).strip().lower() or DEFAULT
+    queue = queue_for(plan_gpu_name(plan))
+    name = settings.per_queue("executor", queue).strip().lower() or DEFAULT
     if name not in EXECUTORS:
-        raise ValueError(f"ULAB_EXECUTOR_{queue_for(gpu_name(spec)).upper().replace('-', '_')}={name!r}: "
+        raise ValueError(f"ULAB_EXECUTOR_{queue.upper().replace('-', '_')}={name!r}: "
                          f"must be one of {', '.join(EXECUTORS)}")
     return name
 

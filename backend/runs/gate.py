@@ -9,7 +9,6 @@
 Each refusal is a UserError (409/422) naming the field."""
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 
 from sqlalchemy.orm import object_session
@@ -56,11 +55,10 @@ def check_sources(run: Run) -> None:
     """Before a run takes GPUs: its data and checkpoint must be there and be the planned model. A checkpoint
     resolved since submit (e.g. downloaded into the cache) is stored in the spec."""
     model_source.check_data(run.plan)
-    spec = copy.deepcopy(run.spec)
-    spec = model_source.resolve(spec, get_settings(), strict=True)
-    spec = tokenizer_source.check_tokenizer(spec, get_settings())
-    if spec != run.spec:
-        run.spec = spec
+    plan = model_source.resolve(run.plan, get_settings(), strict=True)
+    plan = tokenizer_source.check_tokenizer(plan, get_settings())
+    if plan is not run.plan:
+        run.spec = plan.effective()
 
 
 def check_queue(run: Run, by: Principal, force: bool = False) -> bool:

@@ -2,14 +2,13 @@
 has no shell anywhere (argument lists only), so a path is only ever a file name, never a command."""
 from __future__ import annotations
 
-import copy
 import os
 import re
 from pathlib import Path
 
 from backend.core.errors import UserError
 from backend.core.settings import Settings
-from plan.model import Plan
+from plan.model import Plan, RunSection
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$")
 NAME_MAX = 255  # bytes in one path part (Linux NAME_MAX); the system refuses longer ones with ENAMETOOLONG
@@ -48,25 +47,27 @@ def resolve_allowed(path: str, field: str, settings: Settings) -> str:
     return str(resolved)
 
 
-def check_paths(run: dict, settings: Settings) -> None:
-    """Rewrite the run section's paths to checked absolute, symlink-free paths (422 naming the field if one is
-    outside the allowed roots). Runs at submit, and again when a worker claims the run (transitions.claim): a path
-    that did not exist at submit may have become a symlink out of the roots since."""
-    run["data"]["path"] = resolve_allowed(run["data"]["path"], "run.data.path", settings)
+def check_paths(run: RunSection, settings: Settings) -> RunSection:
+    """The run section with its paths as checked absolute, symlink-free paths (422 naming the field if one is
+    outside the allowed roots; a hub id stays as it is). Runs at submit, and again when a worker claims the run
+    (transitions.claim): a path that did not exist at submit may have become a symlink out of the roots since."""
+    checked: dict[str, object] = {"data": run.data.model_copy(update={
+        "path": resolve_allowed(run.data.path, "run.data.path", settings)})}
     for field in ("model_path", "tokenizer"):
-        path = run.get(field)
+        path = getattr(run, field)
         if path:
             local = Path(path).is_absolute() or path.startswith(".") or os.path.exists(path)
             if local or not HUB_ID.match(path):
-                run[field] = resolve_allowed(path, f"run.{field}", settings)
+                checked[field] = resolve_allowed(path, f"run.{field}", settings)
+    return run.model_copy(update=checked)
 
 
-def refused_paths(spec: dict, settings: Settings) -> str | None:
-    """Why a stored run's paths are no longer allowed ("field: reason"), or None; the spec is left as it is."""
-    if not isinstance(spec.get("run"), dict):
-        return None  # no run section, so no path (rows written by hand in tests)
+def refused_paths(plan: Plan, settings: Settings) -> str | None:
+    """Why a stored run's paths are no longer allowed ("field: reason"), or None; the stored plan is left as it is."""
+    if plan.run is None:
+        return None  # no run section, so no path
     try:
-        check_paths(copy.deepcopy(spec["run"]), settings)
+        check_paths(plan.run, settings)
     except UserError as e:
         return "; ".join(f"{d['field']}: {d['message']}" for d in e.detail)
     return None
@@ -77,8 +78,7 @@ def check_run_spec(plan: Plan, settings: Settings) -> dict:
     paths; the size bounds enforced."""
     if plan.run is None:
         raise UserError(422, "run", "missing: a run needs a run section")
-    spec = plan.effective()
-    check_paths(spec["run"], settings)  # rewrites the stored spec's paths
+    spec = plan.model_copy(update={"run": check_paths(plan.run, settings)}).effective()  # its paths rewritten
     steps = plan.total_steps()  # the training stages' (a passkey test has none)
     if steps > settings.max_steps:
         raise UserError(422, "run.steps", f"{steps} steps is above the limit of {settings.max_steps}")

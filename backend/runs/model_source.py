@@ -65,42 +65,51 @@ def local_candidate(name: str, settings: Settings) -> Path | None:
     return under_root if under_root.exists() else None
 
 
-def resolve(spec: dict, settings: Settings, strict: bool) -> dict:
-    """Set `run.model_path` to the checked loading path (an absolute directory or a cached hub id) and check its
-    architecture against the plan's; 422 naming run.model_path otherwise. Answers the spec."""
-    run = spec["run"]
-    given = run.get("model_path")
-    preset = (spec.get("model") or {}).get("preset")
+def resolve(plan: Plan, settings: Settings, strict: bool) -> Plan:
+    """The plan with `run.model_path` set to the checked loading path (an absolute directory or a cached hub id),
+    its architecture checked against the plan's; 422 naming run.model_path otherwise. The plan itself when nothing
+    changes."""
+    if plan.run is None:
+        raise UserError(422, "run", "missing: a run needs a run section")
+    given = plan.run.model_path
+    preset = plan.model.preset
     if not given and not preset:
-        return spec  # model.config with random weights
+        return plan  # model.config with random weights
     name = str(given or preset)
     if "\x00" in name:
         raise UserError(422, FIELD, "the path contains a NUL byte")
     check_path_length(name, FIELD)
     directory = local_candidate(name, settings)
     if directory is not None:
-        run["model_path"] = resolve_allowed(str(directory), FIELD, settings)
-        config_file = Path(run["model_path"]) / "config.json"
+        path = resolve_allowed(str(directory), FIELD, settings)
+        config_file = Path(path) / "config.json"
         if not config_file.is_file():
-            raise UserError(422, FIELD, f"{run['model_path']} has no config.json (a directory saved with "
+            raise UserError(422, FIELD, f"{path} has no config.json (a directory saved with "
                                         "save_pretrained or downloaded from the hub)")
-        check_architecture(spec, config_file)
-        return spec
+        check_architecture(plan, config_file)
+        return with_model_path(plan, path)
     problem = hub_id_problem(name)
     if problem:
         raise UserError(422, FIELD, f"{name[:200]} is neither a directory nor a Hugging Face id (org/name): {problem}")
     cached = cached_hub_config(name)
     if cached is not None:
-        run["model_path"] = name
-        check_architecture(spec, Path(cached))
-        return spec
+        check_architecture(plan, Path(cached))
+        return with_model_path(plan, name)
     if given and not strict:
-        return spec  # a hub id that may be downloaded before approval
+        return plan  # a hub id that may be downloaded before approval
     where = f"{settings.resolved_models_dir / name} or the Hugging Face cache ({hub_cache_dir()})"
     what = f"model.preset {name} has no checkpoint" if not given else f"{name} is not downloaded"
     raise UserError(422, FIELD, f"{what}: looked in {where}. Save or download it there (huggingface-cli download "
                                 f"{name} --local-dir {settings.resolved_models_dir / name}), or set run.model_path "
                                 "to a checkpoint directory")
+
+
+def with_model_path(plan: Plan, path: str) -> Plan:
+    """The plan with `run.model_path` set (the plan itself when it already has it)."""
+    assert plan.run is not None  # resolve refused a plan without one
+    if plan.run.model_path == path:
+        return plan
+    return plan.model_copy(update={"run": plan.run.model_copy(update={"model_path": path})})
 
 
 def hub_cache_dir() -> str:
@@ -109,16 +118,16 @@ def hub_cache_dir() -> str:
     return str(constants.HF_HUB_CACHE)
 
 
-def check_architecture(spec: dict, config_file: Path) -> None:
+def check_architecture(plan: Plan, config_file: Path) -> None:
     """422 naming run.model_path and the first config.json key whose value is not the plan's."""
     try:
         loaded = json.loads(config_file.read_text())
         have = catalog.model_from_config(loaded)
     except (OSError, ValueError) as e:
         raise UserError(422, FIELD, f"{config_file} is not a readable Hugging Face config.json: {e}") from None
-    model = spec["model"]
-    want = catalog.model_from_config(model["config"]) if model.get("config") else catalog.models()[model["preset"]]
-    source = "model.config" if model.get("config") else f"model.preset {model['preset']}"
+    model = plan.model
+    want = catalog.model_from_config(model.config) if model.config else catalog.models()[str(model.preset)]
+    source = "model.config" if model.config else f"model.preset {model.preset}"
     for key in ARCHITECTURE:
         if getattr(have, key) != getattr(want, key):
             raise UserError(422, FIELD, f"the checkpoint's config.json has {key}={getattr(have, key)!r} but the "

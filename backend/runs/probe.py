@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from backend.auth.service import Principal
 from backend.core.errors import UserError
-from backend.core.queue import gpu_name, queue_for, workers_on
+from backend.core.queue import plan_gpu_name, queue_for, workers_on
 from backend.core.settings import get_settings
 from backend.plans.models import Plan as PlanRow
 from backend.plans.schemas import ProbeRequest
@@ -25,6 +25,7 @@ from backend.runs import transitions
 from backend.runs.executors import executor_name
 from backend.runs.models import Run
 from backend.runs.states import RunState
+from plan.model import Plan
 from plan.probe import DEPTHS
 
 log = logging.getLogger(__name__)
@@ -37,23 +38,24 @@ def submit_probe(session: Session, plan_id: int, body: ProbeRequest, by: Princip
     from backend.runs.service import enqueue
 
     stored = get_plan(session, plan_id)
-    spec = {k: v for k, v in stored.spec.items() if k != "run"}
-    plan = valid_or_422(spec)
-    layers = _layers(spec)
+    # the stored plan without its run section, before it is validated: a probe brings its own (worker/probe.py)
+    plan = valid_or_422({k: v for k, v in stored.spec.items() if k != "run"})
+    layers = _layers(plan)
     if body.depths is not None and any(d > layers for d in body.depths):
         raise UserError(422, "depths", f"the model has {layers} layers; probe depths must not exceed it "
                                        f"(asked {sorted(body.depths)})")
     depths = sorted(set(body.depths or [d for d in DEPTHS if d <= layers]))
     settings = get_settings()
     try:
-        executor = executor_name(spec, settings)
+        executor = executor_name(plan, settings)
     except ValueError as e:
         raise UserError(422, "hardware.gpu", str(e)) from None
     if executor == "celery":
-        queue = queue_for(gpu_name(spec))
-        if workers_on(queue) == 0 and not _busy_worker(session, gpu_name(spec)):
-            raise UserError(409, "hardware.gpu", f"no worker serves the queue {queue} of {gpu_name(spec)} GPUs: "
-                                                 f"start one (ulab worker --gpu-type {gpu_name(spec)}) and probe "
+        gpu = plan_gpu_name(plan)
+        queue = queue_for(gpu)
+        if workers_on(queue) == 0 and not _busy_worker(session, gpu):
+            raise UserError(409, "hardware.gpu", f"no worker serves the queue {queue} of {gpu} GPUs: "
+                                                 f"start one (ulab worker --gpu-type {gpu}) and probe "
                                                  "again")
     run = Run(name=f"probe of {stored.name or f'plan {stored.id}'}", plan_id=stored.id, kind="probe",
               attempt=1,
@@ -72,15 +74,15 @@ def submit_probe(session: Session, plan_id: int, body: ProbeRequest, by: Princip
 def _busy_worker(session: Session, gpu: str) -> bool:
     """Whether a Celery run of this GPU type is under way: its worker (one task at a time, solo pool) cannot answer
     a broadcast while it trains, but it is there and takes the probe next."""
-    active = session.scalars(select(Run.spec).where(Run.executor == "celery", Run.state.in_(
+    active = session.scalars(select(Run).where(Run.executor == "celery", Run.state.in_(
         [RunState.STARTING.value, RunState.RUNNING.value])))
-    return any(gpu_name(spec) == gpu for spec in active)
+    return any(plan_gpu_name(run.plan) == gpu for run in active)
 
 
-def _layers(spec: dict) -> int:
+def _layers(plan: Plan) -> int:
     import plan as planner
 
-    v = planner.validate(spec)
+    v = planner.validate(plan)
     assert v.spec is not None
     return v.spec.model.num_hidden_layers
 
@@ -100,7 +102,7 @@ def record_probe(session: Session, run: Run) -> dict | None:
         row.probe = result
     measured = {q: result["extrapolated"].get(q) for q in ("peak_allocated_gib", "reserved_gib", "device_total_gib",
                                                             "tokens_per_s")}
-    plan = {k: v for k, v in run.spec.items() if k != "run"}
+    plan = run.plan.model_copy(update={"run": None}).effective()  # the calibration store keeps the plan's JSON
     record_measured(session, "probe", f"probe run {run.id}", plan, measured, run.id,
                     gpu="cpu" if result.get("device") != "cuda" else None)
     session.commit()

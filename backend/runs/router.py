@@ -7,6 +7,7 @@ from fastapi.responses import PlainTextResponse, StreamingResponse
 import plan as planner
 from backend.api.deps import RowId, SessionDep
 from backend.auth.deps import Approver, Reader, Submitter
+from backend.core.queue import plan_gpu_name
 from backend.plans.schemas import ProbeRequest
 from backend.runs import service
 from backend.runs.schemas import CheckpointOut, EventOut, LogOut, RetryIn, RunCreate, RunLabels, RunOut
@@ -128,8 +129,8 @@ def fix_run(run_id: RowId, session: SessionDep, _: Reader) -> Fix:
     """The fewest, cheapest changes to the run's plan that make it fit. For a run that ended `oom` although its
     plan was predicted to fit, the fix leaves room for the planner's error (plan.fix.MEASURED_OOM_MARGIN)."""
     run = service.get_run(session, run_id)
-    kernels, liger = workers.queue_offer(session, run.spec)
-    return planner.fix(run.spec, measured_oom=run.state == RunState.OOM.value, kernels=kernels,  # type: ignore[return-value]
+    kernels, liger = workers.queue_offer(session, plan_gpu_name(run.plan))
+    return planner.fix(run.plan, measured_oom=run.state == RunState.OOM.value, kernels=kernels,  # type: ignore[return-value]
                        liger=liger)
 
 

@@ -2,7 +2,6 @@
 every change of a run's state is a function of backend/runs/transitions.py."""
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import logging
@@ -11,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -20,7 +20,7 @@ from backend.auth.roles import Permission, Role
 from backend.auth.service import Principal
 from backend.core.errors import NotFound, UserError
 from backend.core.logs import filter_lines, tail_lines
-from backend.core.queue import gpu_name
+from backend.core.queue import plan_gpu_name
 from backend.core.settings import get_settings
 from backend.plans.models import Plan as PlanRow
 from backend.plans.service import get_plan, valid_or_422
@@ -112,17 +112,18 @@ def create_run(session: Session, body: RunCreate, by: Principal, idempotency_key
         return earlier
     stored = plan_of(session, body)
     settings = get_settings()
-    # the checkpoint first: a preset plan's run.model_path is filled in from the models root or the hub cache
-    merged = model_source.resolve({**stored.spec, "run": body.run.model_dump(mode="json")}, settings, strict=False)
-    plan = valid_or_422(merged)
+    # the stored plan with the submitted run section, validated as one; then a preset plan's run.model_path is
+    # filled in from the models root or the hub cache
+    plan = valid_or_422({**stored.spec, "run": body.run.model_dump(mode="json")})
+    plan = model_source.resolve(plan, settings, strict=False)
     spec = check_run_spec(plan, settings)
     try:
-        executor = executor_name(spec, settings)
+        executor = executor_name(plan, settings)
     except ValueError as e:  # a misconfigured queue: say so instead of queueing a run nothing will take
         raise UserError(422, "hardware.gpu", str(e)) from None
     if not EXECUTORS[executor].placement and (body.slurm_partition or body.slurm_time_limit):
         raise UserError(422, "slurm_partition" if body.slurm_partition else "slurm_time_limit",
-                        f"the queue of {gpu_name(spec)} runs on {executor}, not on Slurm")
+                        f"the queue of {plan_gpu_name(plan)} runs on {executor}, not on Slurm")
     # unnamed: "llama-3.1-8b sp8 128K" (the model, layout and context), not "plan 9"
     run = Run(name=body.name or stored.name or default_run_name(spec), plan_id=stored.id, spec=spec,
               estimate=stored.estimate, priority=body.priority, steps=plan.total_steps(),
@@ -206,15 +207,16 @@ def change_run_section(run: Run, changes: dict[str, Any]) -> str:
     """Resume with another learning rate or schedule (`run.learning_rate`, `run.lr_scheduler`, and each stage's own):
     the stored spec changes, checked by the plan model; answers what changed ("" for nothing)."""
     changes = {k: v for k, v in changes.items() if v is not None}
-    section = run.plan.run.model_dump(mode="json") if run.plan.run is not None else {}
+    plan = run.plan
+    section = plan.run.model_dump(mode="json", exclude_none=True) if plan.run is not None else {}
     said = [f"{k} {section.get(k)} -> {v}" for k, v in changes.items() if section.get(k) != v]
     if not said:
         return ""
-    spec = copy.deepcopy(run.spec)
-    spec["run"].update(changes)
-    for stage in spec["run"].get("stages") or []:
+    # the run section's JSON, rewritten here before the plan model validates it (and it is stored)
+    section.update(changes)
+    for stage in section.get("stages") or []:
         stage.update({k: v for k, v in changes.items() if stage.get(k) is not None})
-    run.spec = valid_or_422(spec).effective()
+    run.spec = valid_or_422({**plan.effective(), "run": section}).effective()
     return "resumed with " + ", ".join(said)
 
 
@@ -271,8 +273,11 @@ def checkpoints(run: Run) -> list[dict]:
 
 
 def world_size(run: Run) -> int:
-    parallel = (run.spec or {}).get("parallel") or {}
-    return int(parallel.get("sp_size", 1)) * int(parallel.get("dp_size", 1))
+    """The run's ranks (sp_size x dp_size); 1 for a stored plan this version no longer reads: its log still shows."""
+    try:
+        return run.plan.world_size
+    except ValidationError:
+        return 1
 
 
 def log_tail(run: Run, lines: int | None, rank: int | None = None, launcher: bool = False,

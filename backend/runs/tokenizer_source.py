@@ -13,7 +13,7 @@ from backend.core.errors import UserError
 from backend.core.settings import Settings
 from backend.runs.guard import HUB_ID, resolve_allowed
 from backend.runs.model_source import local_candidate
-from plan.model import TOKENIZER_FILES
+from plan.model import TOKENIZER_FILES, Plan
 
 
 def has_tokenizer(source: str) -> bool:
@@ -25,23 +25,29 @@ def has_tokenizer(source: str) -> bool:
     return any(isinstance(try_to_load_from_cache(source, name), str) for name in TOKENIZER_FILES)
 
 
-def check_tokenizer(spec: dict, settings: Settings) -> dict:
+def check_tokenizer(plan: Plan, settings: Settings) -> Plan:
     """422 naming `run.tokenizer` (or `run.model_path` when the tokenizer is the checkpoint's) when the trainer would
     find no tokenizer; a local `run.tokenizer` is rewritten to its checked absolute path. A run with random weights
-    and no `run.tokenizer` uses the built-in byte tokenizer: nothing to check. Answers the spec."""
-    run = spec["run"]
-    given = run.get("tokenizer")
+    and no `run.tokenizer` uses the built-in byte tokenizer: nothing to check. Answers the plan (itself when nothing
+    changes)."""
+    run = plan.run
+    if run is None:
+        raise UserError(422, "run", "missing: a run needs a run section")
+    given = run.tokenizer
     if given:
+        source = given
         directory = local_candidate(given, settings)  # looked up as run.model_path is: here, then the models root
         if directory is not None or not HUB_ID.match(given):
-            run["tokenizer"] = resolve_allowed(str(directory or given), "run.tokenizer", settings)
-        if not has_tokenizer(run["tokenizer"]):
+            source = resolve_allowed(str(directory or given), "run.tokenizer", settings)
+        if not has_tokenizer(source):
             raise UserError(422, "run.tokenizer", f"{given} holds no tokenizer (none of {', '.join(TOKENIZER_FILES)}"
                                                   "; a hub id must be downloaded)")
-        return spec
-    model_path = run.get("model_path")
+        if source == given:
+            return plan
+        return plan.model_copy(update={"run": run.model_copy(update={"tokenizer": source})})
+    model_path = run.model_path
     if model_path and not has_tokenizer(model_path):
         raise UserError(422, "run.model_path", f"{model_path} holds no tokenizer files (none of "
                                                f"{', '.join(TOKENIZER_FILES)}): save the tokenizer beside the weights "
                                                "(tokenizer.save_pretrained), or name one in run.tokenizer")
-    return spec
+    return plan

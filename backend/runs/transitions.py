@@ -16,6 +16,7 @@ import logging
 from datetime import UTC, datetime
 from typing import cast
 
+from pydantic import ValidationError
 from sqlalchemy import CursorResult, func, or_, select, update
 from sqlalchemy.orm import Session
 
@@ -152,7 +153,10 @@ def claim(run_id: int, worker: str, token_id: int | None = None) -> Run | None:
         if res.rowcount != 1:
             return None
         run = s.get_one(Run, run_id)
-        refused = refused_paths(run.spec, get_settings())
+        try:
+            refused = refused_paths(run.plan, get_settings())
+        except ValidationError:  # a stored plan this version no longer reads: the trainer refuses it at once
+            refused = None
         if refused:
             _end(s, run, RunState.FAILED, f"refused when claimed: {refused}")
             log.warning("run %s refused at claim: %s", run_id, refused)

@@ -8,7 +8,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from backend.core.errors import UserError
-from backend.core.queue import gpu_name, plan_gpu_name, queue_for
+from backend.core.queue import plan_gpu_name, queue_for
 from backend.core.settings import get_settings
 from backend.workers.models import Worker
 from plan.model import Plan
@@ -68,12 +68,13 @@ def live_workers(session: Session, queue: str) -> list[Worker]:
             if queue in w.queues and state(w, at) == "up"]
 
 
-def queue_offer(session: Session, spec: dict) -> tuple[list[str] | None, bool]:
-    """What the plan's queue can run now, for recommend and fix (plan.recommend, plan.fix): the attention kernels
-    its live GPU workers report, and whether one of them has Liger. A live worker without a GPU runs any attention
-    as sdpa (as approval counts it: check_kernels) and says nothing of the GPUs the plan is for, so it limits
-    nothing; (None, True) when no GPU worker of the queue is up: nothing is known, nothing is limited."""
-    workers = live_workers(session, queue_for(gpu_name(spec)))
+def queue_offer(session: Session, gpu: str) -> tuple[list[str] | None, bool]:
+    """What the queue of the plan's GPU type `gpu` (backend/core/queue.plan_gpu_name) can run now, for recommend
+    and fix (plan.recommend, plan.fix): the attention kernels its live GPU workers report, and whether one of them
+    has Liger. A live worker without a GPU runs any attention as sdpa (as approval counts it: check_kernels) and
+    says nothing of the GPUs the plan is for, so it limits nothing; (None, True) when no GPU worker of the queue is
+    up: nothing is known, nothing is limited."""
+    workers = live_workers(session, queue_for(gpu))
     gpus = [w for w in workers if w.gpu_count]
     if not gpus or len(gpus) < len(workers):
         return None, True

@@ -19,6 +19,7 @@ import pytest
 from tests.integration.trainer_support import make_plan, write_documents
 from tests.services import REPO, Stack, own_stack
 from tests.tiny import TERMINAL, tiny_plan, wait_for
+from worker.supervise import last_words_dir
 from worker.trainer.attempt import ATTEMPT_ENV, RUN_LOCK_ENV, lock_file, metrics_files, read_metrics
 
 pytestmark = pytest.mark.slow
@@ -206,7 +207,8 @@ def test_worker_sigkill_mid_run_stops_its_trainer_and_the_retry_stores_every_ste
     then a new worker. Every process of attempt 1 is gone within seconds (the trainer gets SIGTERM when the worker
     dies and stops its ranks, which save a checkpoint); the reaper marks the run lost and queues attempt 2, which
     resumes in the same directory from a checkpoint (step 1 trained once, fewer steps than a checkpoint interval
-    trained twice); never are two attempts alive at once; all 120 steps are stored once."""
+    trained twice); never are two attempts alive at once; all 120 steps are stored once. The killed worker never
+    removed its trainer's last-words file: the new worker does when it starts (issue 26)."""
     steps = REPRO_STEPS
     run, run_dir = submit_long(stack, corpus, "worker-killed", steps=steps,
                                checkpoint_every=REPRO_CHECKPOINT_EVERY, keep_checkpoints=2, max_retries=1)
@@ -216,10 +218,12 @@ def test_worker_sigkill_mid_run_stops_its_trainer_and_the_retry_stores_every_ste
     try:
         attempt_one = run_processes(run_dir)
         assert len(attempt_one) >= 4, attempt_one  # ulab train, torchrun, 2 ranks
+        words = last_words_dir() / f"ulab-run{run['id']}-attempt1-node0-{stack.worker.proc.pid}.last-words"
         os.kill(stack.worker.proc.pid, signal.SIGKILL)  # the worker only, not its process group
         stack.worker.proc.wait()
         took = seconds_until_gone(list(attempt_one), 60)
         assert took is not None, f"processes of attempt 1 still alive: {run_processes(run_dir)}"
+        assert words.is_file(), "the stopped trainer said nothing in its last-words file"
         end = time.monotonic() + LOST_AFTER_S + 30  # the reaper marks attempt 1 lost and queues attempt 2
         while not (lost := stack.api_client.get(f"/api/runs/{run['id']}").json())["attempts"]:
             assert time.monotonic() < end, f"the run was not marked lost: {lost}"
@@ -229,6 +233,7 @@ def test_worker_sigkill_mid_run_stops_its_trainer_and_the_retry_stores_every_ste
         assert lost["attempt"] == 2  # a retry is left
         stack.worker.start()
         stack.wait_worker_ready()
+        assert not words.exists(), "the new worker left the killed worker's last-words file"
         done = wait_for(stack.api_client, run["id"], {"succeeded"}, timeout_s=900)
     finally:
         watch.stop()

@@ -19,6 +19,7 @@ from backend.executors.jobscript import JobRequest, render
 from backend.executors.slurm import job_request, parse_scontrol
 from backend.runs.executors import executor_name
 from backend.runs.models import Run
+from plan.model import Plan
 from tests.tiny import tiny_plan
 from worker.slurm_job import expand_nodelist, rendezvous_env
 
@@ -145,13 +146,15 @@ def test_the_executor_and_slurm_settings_are_chosen_per_gpu_queue(monkeypatch, t
     spec["hardware"].update(gpus_per_node=8, num_nodes=2)
     for key in [k for k in os.environ if k.startswith(("ULAB_EXECUTOR_", "ULAB_SLURM_"))]:
         monkeypatch.delenv(key)
-    assert executor_name(spec, Settings()) == "celery"
+    plan = Plan.model_validate(spec)
+    assert executor_name(plan, Settings()) == "celery"
     monkeypatch.setenv("ULAB_EXECUTOR_GPU_H100_80GB", "slurm")
-    assert executor_name(spec, Settings()) == "slurm"
-    assert executor_name({"hardware": {"gpu": "A100-80GB"}}, Settings()) == "celery"
+    assert executor_name(plan, Settings()) == "slurm"
+    a100 = Plan.model_validate({**spec, "hardware": {**spec["hardware"], "gpu": "A100-80GB"}})
+    assert executor_name(a100, Settings()) == "celery"
     monkeypatch.setenv("ULAB_EXECUTOR_GPU_H100_80GB", "kubernetes")
     with pytest.raises(ValueError, match="ULAB_EXECUTOR_GPU_H100_80GB"):
-        executor_name(spec, Settings())
+        executor_name(plan, Settings())
     monkeypatch.setenv("ULAB_SLURM_PARTITION", "any")
     monkeypatch.setenv("ULAB_SLURM_PARTITION_GPU_H100_80GB", "h100")
     monkeypatch.setenv("ULAB_SLURM_TIME_LIMIT", "1-00:00:00")

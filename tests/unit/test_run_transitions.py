@@ -11,6 +11,7 @@ from backend.runs import transitions
 from backend.runs.models import Run
 from backend.runs.states import IllegalTransition, RunState
 from tests.boundaries import ROOT, packages_loaded, source_files
+from tests.tiny import tiny_plan
 
 S = RunState
 
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.usefixtures("sqlite_db")
 def new_run(**fields) -> int:
     """A run row as a test needs it (tests may set a state directly; the code base may not)."""
     with db.session_scope() as s:
-        run = Run(name="r", spec={}, **fields)
+        run = Run(name="r", spec=tiny_plan(), **fields)
         s.add(run)
         s.flush()
         return run.id
