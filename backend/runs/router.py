@@ -3,6 +3,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Path, Query
 from fastapi.responses import PlainTextResponse, StreamingResponse
+from pydantic import ValidationError
 
 import plan as planner
 from backend.api.deps import RowId, SessionDep
@@ -129,9 +130,13 @@ def fix_run(run_id: RowId, session: SessionDep, _: Reader) -> Fix:
     """The fewest, cheapest changes to the run's plan that make it fit. For a run that ended `oom` although its
     plan was predicted to fit, the fix leaves room for the planner's error (plan.fix.MEASURED_OOM_MARGIN)."""
     run = service.get_run(session, run_id)
-    kernels, liger = workers.queue_offer(session, plan_gpu_name(run.plan))
-    return planner.fix(run.plan, measured_oom=run.state == RunState.OOM.value, kernels=kernels,  # type: ignore[return-value]
-                       liger=liger)
+    oom = run.state == RunState.OOM.value
+    try:
+        plan = run.plan
+    except ValidationError:  # a stored plan the current model refuses: the planner's answer names its fields
+        return planner.fix(run.spec, measured_oom=oom)  # type: ignore[return-value]
+    kernels, liger = workers.queue_offer(session, plan_gpu_name(plan))
+    return planner.fix(plan, measured_oom=oom, kernels=kernels, liger=liger)  # type: ignore[return-value]
 
 
 @plan_probes.post("/{plan_id}/probe", status_code=202)

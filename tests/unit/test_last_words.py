@@ -30,7 +30,9 @@ def test_start_up_cleanup_removes_only_the_files_of_workers_that_no_longer_run(t
 
     assert remove_stale_last_words(tmp_path) == [stale]
     assert not stale.exists()
-    assert kept.exists() and other_name.exists() and unrelated.exists()
+    assert kept.exists()
+    assert other_name.exists()
+    assert unrelated.exists()
     assert remove_stale_last_words(tmp_path) == []  # a second start finds nothing more to remove
 
 
