@@ -78,7 +78,7 @@ def make_plan(data: Path, name: str, steps: int = 2, **run) -> dict:
 
 def planned(plan: dict) -> dict:
     """The planner's per-rank peak (bytes, CUDA-only terms removed), its phase and breakdown."""
-    from plan.memory import estimate_memory
+    from plan.memory import cpu_terms, estimate_memory
     from plan.validation import validate
 
     v = validate({k: plan[k] for k in ("model", "hardware", "parallel", "training")})
@@ -86,8 +86,10 @@ def planned(plan: dict) -> dict:
     mem = estimate_memory(v.spec)
     # on CPU ranks the states a GPU run offloads to host memory are in the same memory as the rest: the planner's
     # host terms of one rank join its device peak (not its offloaded checkpoints: DeepSpeed keeps them in place
-    # on CPU, and the device peak already counts the ones kept)
-    host = sum(mem["cpu_breakdown_per_node"][k] for k in ("optimizer", "grads", "params")) / v.spec.ranks_per_node
+    # on CPU, and the device peak already counts the ones kept), at their own size: DeepSpeed's CPU accelerator
+    # pins nothing, so torch's pinned-allocator rounding does not apply
+    host_terms = cpu_terms(v.spec, 0.0, pinned=False)["breakdown"]
+    host = sum(host_terms[k] for k in ("optimizer", "grads", "params")) / v.spec.ranks_per_node
     return {"bytes": mem["allocated"] - cpu_absent_bytes() + host, "phase": mem["peak_phase"],
             "host_states": host, "breakdown": {k: float(x) for k, x in mem["breakdown"].items()}}
 

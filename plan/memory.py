@@ -329,10 +329,13 @@ def pinned_bytes(n: float) -> float:
     return float(2 ** math.ceil(math.log2(n))) if n > 0 else 0.0
 
 
-def cpu_terms(spec, checkpoint_bytes: float) -> dict:
+def cpu_terms(spec, checkpoint_bytes: float, pinned: bool = True) -> dict:
     """Host memory per node: offloaded optimizer states, gradients and parameters (ZeRO-Offload, Ren et al. 2021;
-    stage3.py pinned buffers), offloaded activation checkpoints (ALST), plus each process's own footprint."""
+    stage3.py pinned buffers), offloaded activation checkpoints (ALST), plus each process's own footprint.
+    `pinned=False`: the sizes as allocated where nothing is pinned -- DeepSpeed's CPU accelerator keeps pin_memory a
+    no-op (accelerator/cpu_accelerator.py), so CPU ranks hold the buffers at their own size."""
     m, N, z, B = spec.model, spec.world, spec.zero_stage, spec.dtype_bytes
+    size = pinned_bytes if pinned else float
     psi_rank = m.total_params / (N if z >= 1 else 1)
     per_rank = {"optimizer": 0.0, "grads": 0.0, "params": 0.0, "checkpoints": checkpoint_bytes,
                 "process": HOST_BYTES_PER_RANK}
@@ -344,7 +347,11 @@ def cpu_terms(spec, checkpoint_bytes: float) -> dict:
         # converts on the CPU into a pageable temporary of one sub group (aten/src/ATen/native/cuda/Copy.cu
         # copy_kernel_cuda; stage3.py _reassign_or_swap_out_partitioned_parameters; sub_group_size 1e9); ZeRO-1/2
         # keep a pinned one of the whole partition (stage_1_and_2.py param_buffer_of_bit16_for_cpu_offload_groups)
-        convert = 0.0 if spec.bf16_optimizer_states else B * (min(psi_rank, SUB_GROUP_SIZE) if z == 3 else psi_rank)
+        # (ZeRO-3 in fp32 copies fp32 to fp32: no conversion, no temporary)
+        if spec.bf16_optimizer_states or (z == 3 and B == 4):
+            convert = 0.0
+        else:
+            convert = B * (min(psi_rank, SUB_GROUP_SIZE) if z == 3 else psi_rank)
         per_rank["optimizer"] = states * psi_rank + convert
         # master gradient partition the CPU optimizer reads (+ ZeRO-3's low-precision accumulation buffer on CPU)
         if z == 3:
@@ -352,13 +359,13 @@ def cpu_terms(spec, checkpoint_bytes: float) -> dict:
             # whole partition, and each sub group's master gradient (initialize_optimizer_states:
             # subgroup_gradient_buffer), each rounded up to a power of two by torch's pinned allocator
             groups = max(1, math.ceil(psi_rank / SUB_GROUP_SIZE))
-            per_rank["grads"] = (groups * pinned_bytes(master_grad_bytes(spec) * psi_rank / groups)
-                                 + pinned_bytes(B * psi_rank))
+            per_rank["grads"] = (groups * size(master_grad_bytes(spec) * psi_rank / groups)
+                                 + size(B * psi_rank))
         else:
             per_rank["grads"] = master_grad_bytes(spec) * psi_rank
     if spec.offload_params:
         # stage3.py _create_param_groups_fp16_flat_cpu_memory: one pinned flat buffer of the rank's partition
         # (per parameter group; the small no-decay group left out), rounded up by torch's pinned allocator
-        per_rank["params"] = pinned_bytes(B * m.total_params / N)
+        per_rank["params"] = size(B * m.total_params / N)
     r = spec.ranks_per_node
     return {"breakdown": {k: v * r for k, v in per_rank.items()}, "total_per_node": sum(per_rank.values()) * r}

@@ -19,7 +19,7 @@ import torch
 
 
 def plan_for(world: int, stage: int, bf16_states: bool) -> dict:
-    from tests.integration.test_trainer_support import TINY_LLAMA
+    from tests.tiny import TINY_LLAMA
 
     return {"model": {"config": dict(TINY_LLAMA)}, "hardware": {"gpu": "H100-80GB", "gpus_per_node": world},
             "parallel": {"sp_size": 1, "dp_size": world},
