@@ -121,7 +121,7 @@ def test_a_plan_without_a_run_section_has_no_zip(api):
 
 def test_the_torchrun_lines_train_one_per_node_with_the_wheel(exported, trainer_venv, tmp_path):
     # the files unzipped once on a file system every node sees (the run directory must be shared, README.txt)
-    d = unzip(exported, tmp_path / "shared")
+    d = unzip(exported, tmp_path / "unzipped")
     env = node_env(trainer_venv, MAIN_NODE_IP="127.0.0.1", MAIN_NODE_PORT=str(free_port()))
     where = run([str(trainer_venv / "bin" / "python"), "-c", "import plan, worker; print(worker.__file__)"],
                 cwd=d, env=env)

@@ -189,7 +189,7 @@ def small_disk(path: Path, size: str = "32m"):
     r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True,
                        text=True)
     if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+        pytest.skip(reason=f"cannot mount a tmpfs here: {r.stderr.strip()}")
     try:
         yield path
     finally:

@@ -25,7 +25,7 @@ def test_without_torch_the_check_fails():
     # `python3 -I` here has no torch (the project's venv is not on its path): a missing torch is no pass
     probe = subprocess.run(["python3", "-I", "-c", "import torch"], capture_output=True)
     if probe.returncode == 0:
-        pytest.skip("the system python3 has torch")
+        pytest.skip(reason="the system python3 has torch")
     proc = subprocess.run(["python3", "-I", str(REPO / "bench" / "gpu_check.py"), "--cpu"], capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 2, proc.stdout + proc.stderr
