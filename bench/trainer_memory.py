@@ -242,18 +242,24 @@ FEATURE_PLANS = {  # each where the feature's phase is the peak, so the planner 
     # shards of 64 tokens (2 MiB of fp32 logits) instead of 1 GiB: 16 shards at this size
     "tiled_logits_loss": {"hidden_size": 64, "intermediate_size": 128, "vocab_size": 8192, "seq_len": 1024,
                           "shard_bytes": 2 * MIB},
+    # the loss on bf16 logits (ms-swift's sequence-parallel loss): saves when the field is false; a bf16 model
+    "upcast_logits": {"hidden_size": 64, "intermediate_size": 128, "vocab_size": 8192, "seq_len": 1024,
+                      "dtype": "bf16", "saves_when": False},
 }
 
 
 def feature_plan(feature: str, on: bool) -> dict:
+    """The feature's plan with its saving switched on (`on`) or off; `saves_when` is the field's saving value."""
     f = FEATURE_PLANS[feature]
+    value = on if f.get("saves_when", True) else not on
     cfg = {**TINY, "hidden_size": f["hidden_size"], "intermediate_size": f["intermediate_size"],
            "vocab_size": f["vocab_size"], "max_position_embeddings": f["seq_len"]}
     return {"model": {"config": cfg}, "hardware": {"gpu": "H100-80GB", "gpus_per_node": 1, "num_nodes": 1},
             "parallel": {"sp_size": 1, "dp_size": 1},
-            "training": {"seq_len": f["seq_len"], "micro_batch_size": 1, "grad_accum": 1, "dtype": "fp32",
-                         "zero_stage": 0, "activation_checkpointing": False, "tiled_mlp": False,
-                         "tiled_logits_loss": False, "attn_implementation": "sdpa", feature: on},
+            "training": {"seq_len": f["seq_len"], "micro_batch_size": 1, "grad_accum": 1,
+                         "dtype": f.get("dtype", "fp32"), "zero_stage": 0, "activation_checkpointing": False,
+                         "tiled_mlp": False, "tiled_logits_loss": False, "attn_implementation": "sdpa",
+                         feature: value},
             "run": {"steps": 1, "learning_rate": 1e-3, "seed": 0, "data": {"path": "unused"}, "model_path": None}}
 
 
@@ -273,7 +279,7 @@ def measured_activations(plan: dict) -> float:
     import torch
 
     from worker.trainer.metrics import TensorMemoryTracker
-    from worker.trainer.model import build_model, enable_tiled_mlp
+    from worker.trainer.model import build_model, enable_tiled_mlp, token_loss_sum
     from worker.trainer.spec import RunSpec
 
     spec = RunSpec.from_plan(plan)
@@ -294,9 +300,8 @@ def measured_activations(plan: dict) -> float:
             loss = model(input_ids=ids, position_ids=pos, use_cache=False).logits.reshape(())
             head.labels = None
         else:
-            logits = model(input_ids=ids, position_ids=pos, use_cache=False).logits.float()
-            loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1),
-                                                     ignore_index=-100)
+            logits = model(input_ids=ids, position_ids=pos, use_cache=False).logits
+            loss = token_loss_sum(logits, labels, spec.upcast_logits) / int((labels != -100).sum())
             del logits
         loss.backward()
         del loss

@@ -208,6 +208,19 @@ def tiled_mlp_shard_tokens(spec) -> int:
     return spec.micro_batch_size * min(s_local, spec.model.hidden_size)
 
 
+def loss_bytes_per_token(V: int, B: int, upcast: bool) -> int:
+    """Peak bytes per token of an untiled cross-entropy over V logits of B bytes.
+    Upcast (transformers loss_utils.ForCausalLMLoss: logits.float() then cross_entropy):
+      forward: bf16 logits (B*V) + fp32 upcast (4V) + log_softmax output (4V, saved);
+      backward: saved log_softmax (4V) + nll_loss grad (4V) + log_softmax grad (4V) -> 12V, the peak.
+    No upcast (ms-swift's sequence-parallel loss, trainers/sequence_parallel/utils.py loss_scale_sp_func:
+    CrossEntropyLoss(reduction='none') on the model's logits): every [t, V] tensor is in the model's dtype, so
+    forward 2*B*V (logits + saved log_softmax), backward 3*B*V (saved + the two gradients)."""
+    if upcast:
+        return max(12 * V, (B + 8) * V)
+    return max(3 * B * V, 2 * B * V)
+
+
 def loss_terms(spec, t: int) -> dict:
     """Bytes of the loss phase beyond the checkpoints: the lm_head's input and the logits/loss tensors, and the
     largest single block among them (for the allocator)."""
@@ -222,20 +235,18 @@ def loss_terms(spec, t: int) -> dict:
         return {"bytes": fl["total"] + final_norm,
                 "blocks": [fl["logits_chunk"], fl["grad_input"], fl["grad_weight"], fl["loss_1d"]]}
     final_norm = (norm_saved(h, B) + B * h) * t              # final RMSNorm + its output, the lm_head input
-    # transformers loss_utils.ForCausalLMLoss: logits.float() then cross_entropy.
-    # forward: bf16 logits (B*V) + fp32 upcast (4V) + log_softmax output (4V, saved);
-    # backward: saved log_softmax (4V) + nll_loss grad (4V) + log_softmax grad (4V) -> 12V per token, the peak.
-    per_token = max(12 * V, (B + 8) * V)
+    per_token = loss_bytes_per_token(V, B, spec.upcast_logits)
+    U = 4 if spec.upcast_logits else B                       # bytes of the loss's [t, V] tensors
     if spec.tiled_logits_loss:
         # DeepSpeed TiledFusedLogitsLoss (ALST sec. 3.3): forward+backward per shard, never the full logits;
         # x_grad = zeros_like(hidden) for the whole local sequence, and the lm_head weight gradient accumulates
         # over the shards before ZeRO reduces it (its `compute_params` defer the reduction to the last shard).
         shard = tiled_loss_shard_tokens(spec)
         logits = per_token * shard + B * h * t + B * V * h
-        blocks = [4 * V * shard, B * V * shard, B * h * t, B * V * h, 4 * h * t]
+        blocks = [U * V * shard, B * V * shard, B * h * t, B * V * h, 4 * h * t]
     else:
         logits = per_token * t
-        blocks = [4 * V * t, B * V * t, 4 * h * t]           # fp32 and bf16 [t, V] logits, the norm's fp32 copy
+        blocks = [U * V * t, B * V * t, 4 * h * t]  # the loss's and the model's [t, V] logits, the norm's fp32 copy
     return {"bytes": logits + final_norm, "blocks": blocks}
 
 

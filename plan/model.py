@@ -120,6 +120,10 @@ class Training(Section):
                                                            "(DeepSpeed's bf16.bf16_master_weights_and_grads and "
                                                            "bf16_optimizer_states; FSDP2 recipes with a bf16 model): "
                                                            "6 bytes of optimizer state per parameter instead of 12")
+    upcast_logits: bool = Field(True, description="Cross-entropy on an fp32 copy of the logits (Transformers' "
+                                                  "ForCausalLMLoss; this trainer's default). false: on the model's "
+                                                  "dtype, as ms-swift's sequence-parallel loss does: in bf16, 6 "
+                                                  "bytes per vocabulary entry per token at the loss's peak, not 12")
 
 
 class Stage(Section):

@@ -60,6 +60,10 @@ class TrainingFields:
         return self.training_section.tiled_logits_loss
 
     @property
+    def upcast_logits(self) -> bool:
+        return self.training_section.upcast_logits
+
+    @property
     def attn_implementation(self) -> AttnImplementation:
         return self.training_section.attn_implementation
 

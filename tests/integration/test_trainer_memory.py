@@ -58,15 +58,17 @@ def drops():
     return feature_drops()
 
 
-@pytest.mark.parametrize("feature", ["tiled_mlp", "tiled_logits_loss"])
-def test_tiling_drops_the_activation_peak_as_the_planner_says(drops, feature):
+@pytest.mark.parametrize(("feature", "share"), [("tiled_mlp", 0.5), ("tiled_logits_loss", 0.5),
+                                                ("upcast_logits", 0.4)])
+def test_tiling_drops_the_activation_peak_as_the_planner_says(drops, feature, share):
     """One forward and backward, the model built and switched as the trainer does, under the trainer's CPU meter,
-    at a size where the feature's phase is the peak. Measured: MLP 85.6 -> 11.4 MiB, loss 105.4 -> 17.7 MiB,
-    planned within 1% of both; a no-op feature leaves the measured peak where it was."""
+    at a size where the feature's phase is the peak. Measured: MLP 85.6 -> 11.4 MiB, loss 105.4 -> 17.7 MiB, the
+    bf16 loss without the fp32 upcast 101.4 -> 53.4 MiB, planned within 1% of each; a no-op feature leaves the
+    measured peak where it was."""
     d = drops[feature]
     planned_drop = d["planned_off"] - d["planned_on"]
     measured_drop = d["measured_off"] - d["measured_on"]
-    assert planned_drop > 0.5 * d["planned_off"], d  # the planner counts the feature here
+    assert planned_drop > share * d["planned_off"], d  # the planner counts the feature here
     assert abs(measured_drop - planned_drop) <= 0.05 * planned_drop, d
     for k in ("off", "on"):
         assert abs(d[f"measured_{k}"] - d[f"planned_{k}"]) <= 0.05 * d[f"planned_{k}"], d

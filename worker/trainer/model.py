@@ -30,8 +30,20 @@ def build_model(spec, attn_implementation: str, init_from: str | None = None):
     # TiledMLP is enabled later (train.run_stage), after the Trainer applied Liger's kernels, so that it tiles
     # whatever MLP forward the model then has (Liger's fused SwiGLU with training.liger_kernel)
     if spec.tiled_logits_loss:
-        enable_tiled_logits_loss(model, spec.zero_stage)
+        enable_tiled_logits_loss(model, spec.zero_stage, spec.upcast_logits)
     return model
+
+
+def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor, upcast: bool = True) -> torch.Tensor:
+    """The cross-entropy summed over the target tokens (labels -100 are skipped), as an fp32 scalar.
+    upcast (`training.upcast_logits`, Transformers' ForCausalLMLoss): on an fp32 copy of the logits. Otherwise on
+    the model's dtype, as ms-swift's sequence-parallel loss does: every [t, V] tensor of the loss in bf16 (half the
+    bytes); each token's loss is summed in fp32 so the step's loss keeps its precision."""
+    flat, target = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
+    if upcast:
+        return torch.nn.functional.cross_entropy(flat.float(), target, ignore_index=-100, reduction="sum")
+    per_token = torch.nn.functional.cross_entropy(flat, target, ignore_index=-100, reduction="none")
+    return per_token.float().sum()
 
 
 def enable_tiled_mlp(model) -> int:
@@ -98,10 +110,11 @@ class TiledLossHead(torch.nn.Module):
     ZeRO-3: DeepSpeed's `sequence_tiled_compute` (no-grad forward, recompute per shard in backward).
     """
 
-    def __init__(self, head: torch.nn.Module, zero_stage: int):
+    def __init__(self, head: torch.nn.Module, zero_stage: int, upcast: bool = True):
         super().__init__()
         self.head = head
         self.zero_stage = zero_stage
+        self.upcast = upcast  # training.upcast_logits: each shard's loss on fp32 logits
         self.labels = None
         self.scale = 1.0
 
@@ -114,7 +127,7 @@ class TiledLossHead(torch.nn.Module):
             return self.head(hidden)
         from deepspeed.runtime.sequence_parallel.ulysses_sp import TiledFusedLogitsLoss, sequence_tiled_compute
 
-        labels, scale, head = self.labels, self.scale, self.head
+        labels, scale, head, upcast = self.labels, self.scale, self.head, self.upcast
         bs, seqlen = hidden.shape[:2]
         shards = loss_shards(bs * seqlen, head.out_features)
         if torch.distributed.is_initialized():
@@ -123,9 +136,7 @@ class TiledLossHead(torch.nn.Module):
             shards = int(t.item())
 
         def shard_loss(hidden, labels):
-            logits = head(hidden).float()
-            return torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), labels.reshape(-1),
-                                                     ignore_index=-100, reduction="sum") * scale
+            return token_loss_sum(head(hidden), labels, upcast) * scale
 
         if self.zero_stage == 3:
             shards = min(shards, seqlen)
@@ -144,7 +155,7 @@ class TiledLossHead(torch.nn.Module):
         return loss.reshape(1, 1, 1)
 
 
-def enable_tiled_logits_loss(model, zero_stage: int) -> TiledLossHead:
-    wrapper = TiledLossHead(model.get_output_embeddings(), zero_stage)
+def enable_tiled_logits_loss(model, zero_stage: int, upcast: bool = True) -> TiledLossHead:
+    wrapper = TiledLossHead(model.get_output_embeddings(), zero_stage, upcast)
     model.set_output_embeddings(wrapper)
     return wrapper

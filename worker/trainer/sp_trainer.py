@@ -21,7 +21,7 @@ from torch.utils.data import Dataset, SequentialSampler
 from transformers import Trainer
 
 from .data import step_row
-from .model import checkpoint_offloader
+from .model import checkpoint_offloader, token_loss_sum
 from .phases import PhaseTimer
 
 
@@ -63,9 +63,10 @@ class UlyssesTrainer(Trainer):
     loss_is_scaled_for_ga = True
 
     def __init__(self, *args, sp_size: int = 1, zero_stage: int = 0, tiled_logits: bool = False,
-                 checkpoint_offload: bool = False, first_step: int = 0, **kwargs):
+                 checkpoint_offload: bool = False, first_step: int = 0, upcast_logits: bool = True, **kwargs):
         super().__init__(*args, **kwargs)  # applies Liger's kernels to the model when args.use_liger_kernel
         self.tiled_logits = tiled_logits
+        self.upcast_logits = upcast_logits  # training.upcast_logits (model.token_loss_sum)
         # Liger's fused linear cross-entropy (no logits tensor): the model computes the loss from shift_labels.
         # Not under ZeRO-3, where it would read the partitioned lm_head weight outside the head's forward (Liger's
         # lce_forward handles FSDP only); the tiled logits loss, when on, owns the head in any case.
@@ -161,9 +162,7 @@ class UlyssesTrainer(Trainer):
             loss = outputs.loss
         else:
             outputs = model(**fwd, use_cache=False)
-            logits = outputs.logits.float()
-            loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), shift_labels.view(-1),
-                                                     ignore_index=-100, reduction="sum") * self._scale
+            loss = token_loss_sum(outputs.logits, shift_labels, self.upcast_logits) * self._scale
         part = loss.detach().double() / (self.dp * self.grad_factor)  # stays on the device: read once per step
         self.step_loss = part if self.step_loss is None else self.step_loss + part
         return (loss, outputs) if return_outputs else loss
