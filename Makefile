@@ -7,6 +7,12 @@ STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 FRONTEND_SRC := $(shell find frontend -path frontend/node_modules -prune -o -path frontend/dist -prune -o -name openapi.json -prune -o -name schema.d.ts -prune -o -type f -print 2>/dev/null)
 HOST ?= 127.0.0.1
 PORT ?= 8000
+# DeepSpeed's JIT-built CPU ops (`ds-ops`) live in this checkout, not in the shared ~/.cache/torch_extensions: the
+# build flags name the venv's include paths, so two checkouts sharing one cache rebuild each other's ops whenever a
+# rank of the other loads them (72 CPU-s for CPU Adam, measured), and a test's run waits on that build meanwhile.
+# Everything make starts (the suite's ranks, `make run`'s worker and trainers) inherits it; tests/conftest.py sets
+# the same for a pytest started by hand.
+export TORCH_EXTENSIONS_DIR ?= $(CURDIR)/var/torch_extensions
 
 .PHONY: run test install frontend chromium slurm ds-ops clean lint gpu-check gpu-rehearsal FORCE
 
@@ -46,7 +52,7 @@ slurm:
 	(apt-get update -qq && apt-get install -y -qq slurm-wlm munge >/dev/null)
 
 # DeepSpeed's C++ ops that CPU ranks JIT-build on first use (CPU Adam for offloaded optimizer states; the shared-memory
-# collectives of its CPU backend): built once into ~/.cache/torch_extensions, the cache the trainer's ranks load from.
+# collectives of its CPU backend): built once into $TORCH_EXTENSIONS_DIR (above), the cache the trainer's ranks load from.
 # Loading them again costs ~45 CPU-s (importing DeepSpeed, its builders' compiler checks, ninja): skipped while both
 # libraries are in the cache and this venv loaded them since its last install ($(VENV)/.ds-ops-loaded, newer than
 # the install stamp; a new install or an emptied cache loads, and builds if need be, again).

@@ -13,6 +13,8 @@ import pytest
 # suite starts. Dynamo off makes torch.compile a no-op for this process and every process it starts (API, worker,
 # trainers, Slurm jobs); the product's own environment is left as it is.
 os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
+# DeepSpeed's CPU ops of this checkout, as `make test` builds them (Makefile: TORCH_EXTENSIONS_DIR)
+os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path(__file__).resolve().parents[1] / "var" / "torch_extensions"))
 
 from tests.e2e import browser
 from tests.services import Stack, postgres_database, redis_database

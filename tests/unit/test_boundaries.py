@@ -94,6 +94,23 @@ def test_the_worker_task_module_loads_no_web_framework():
     assert packages_loaded("import worker.tasks", ("fastapi", "starlette")) == []
 
 
+def test_the_worker_task_module_loads_no_training_stack():
+    """The Celery worker starts the trainer as a process: importing its tasks (a worker start, 2.3 CPU-s with
+    Transformers and torch, 0.5 s without) loads none of them. It reads the trainer's stop file through guard.py,
+    which keeps the Transformers callback in callbacks.py."""
+    assert packages_loaded("import worker.tasks", tuple(sorted(TRAINING_STACK))) == []
+
+
+def test_a_rank_imports_deepspeed_without_mlflow_and_freezes_its_imports():
+    """DeepSpeed's autotuner imports mlflow (and pandas, pyarrow) at DeepSpeed's import when it is installed; a
+    rank hides it for that import (train.import_deepspeed), and mlflow stays importable. settle_imports moves the
+    objects alive after the imports out of the collector's sight (gc.freeze)."""
+    code = ("import gc; from worker.trainer.train import import_deepspeed, settle_imports; import_deepspeed(); "
+            "assert 'mlflow' not in sys.modules, 'DeepSpeed imported mlflow'; settle_imports(); "
+            "assert gc.get_freeze_count() > 100_000, gc.get_freeze_count(); import mlflow")
+    assert packages_loaded(code, ("deepspeed", "mlflow")) == ["deepspeed", "mlflow"]
+
+
 def test_the_slurm_job_builds_no_celery_app_and_writes_nothing(tmp_path):
     home = tmp_path / "home"
     code = ("import json, sys, worker.slurm_job\n"

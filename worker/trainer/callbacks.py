@@ -3,6 +3,7 @@ metrics line; checkpoints every N steps and on SIGTERM (the stop flag travels in
 ranks stop after the same step)."""
 from __future__ import annotations
 
+import math
 import signal
 import time
 from collections.abc import Callable
@@ -13,6 +14,7 @@ from transformers import TrainerCallback
 
 from .checkpoints import write_layout
 from .collectives import all_gather_rows
+from .guard import Guard
 from .metrics import GIB, MemoryMeter, MetricsWriter, StepClock, flops_per_token
 from .phases import PHASES, time_engine
 from .system import NAMES as SYSTEM_NAMES
@@ -193,3 +195,24 @@ def _num(v) -> float:
 
 def _gib(v: float):
     return None if v != v else round(v / GIB, 6)
+
+
+class GuardCallback(TrainerCallback):
+    """The stop rules of guard.Guard at each step's end. Registered right after the metrics callback (it reads
+    that step's gathered loss from it): stops training after this step, with a checkpoint, when a rule fires. Here,
+    not in guard.py, so the worker reads `guard.read_stopped` without importing Transformers."""
+
+    def __init__(self, metrics, guard: Guard):
+        self.metrics, self.guard = metrics, guard
+
+    def on_step_end(self, args, state, control, **kw):
+        seen = getattr(self.metrics, "last_step_loss", None)  # (step, loss) of the step just ended
+        if seen is None or self.guard.fired is not None:
+            return control
+        step, loss = seen
+        grad_norm = getattr(self.metrics.trainer, "last_grad_norm", None)
+        grad = float(grad_norm) if isinstance(grad_norm, (int, float)) and not isinstance(grad_norm, bool) else None
+        if self.guard.observe(step, float(loss) if loss is not None else math.nan, grad) is not None:
+            control.should_save = True
+            control.should_training_stop = True
+        return control

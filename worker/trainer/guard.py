@@ -12,10 +12,7 @@ every attempt."""
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
-
-from transformers import TrainerCallback
 
 from plan.guardrails import Divergence, non_finite, stop_reason
 
@@ -69,23 +66,3 @@ def read_stopped(run_dir: Path, attempt: int) -> dict | None:
     if not isinstance(found, dict) or found.get("attempt") != attempt:
         return None
     return found
-
-
-class GuardCallback(TrainerCallback):
-    """Registered right after the metrics callback (it reads that step's gathered loss from it): stops training
-    after this step, with a checkpoint, when a rule fires."""
-
-    def __init__(self, metrics, guard: Guard):
-        self.metrics, self.guard = metrics, guard
-
-    def on_step_end(self, args, state, control, **kw):
-        seen = getattr(self.metrics, "last_step_loss", None)  # (step, loss) of the step just ended
-        if seen is None or self.guard.fired is not None:
-            return control
-        step, loss = seen
-        grad_norm = getattr(self.metrics.trainer, "last_grad_norm", None)
-        grad = float(grad_norm) if isinstance(grad_norm, (int, float)) and not isinstance(grad_norm, bool) else None
-        if self.guard.observe(step, float(loss) if loss is not None else math.nan, grad) is not None:
-            control.should_save = True
-            control.should_training_stop = True
-        return control

@@ -75,7 +75,7 @@ def run_depths(out: Path, depths: list[int]) -> int:
     from plan.launch import effective_attn
 
     from .spec import PlanError, RunSpec, load_plan
-    from .train import SKIP_FINAL_SAVE_ENV, _Attention, _fail, _first_line, _oom, setup_distributed
+    from .train import SKIP_FINAL_SAVE_ENV, _Attention, _fail, _first_line, _oom, settle_imports, setup_distributed
 
     os.environ[SKIP_FINAL_SAVE_ENV] = "1"  # a random-weight model: nobody reads it
     install_stop_handler()
@@ -101,6 +101,7 @@ def run_depths(out: Path, depths: list[int]) -> int:
             attn = effective_attn(spec.plan, cuda=device == "cuda")
             if attention is None:
                 attention = _Attention(attn)
+                settle_imports()
             elif n > 0:
                 attention.reset()
             train_depth(spec, run_dir, depth, rank, attn, attention)

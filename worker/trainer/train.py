@@ -28,13 +28,13 @@ from plan.launch import deepspeed_config, effective_attn, parallelism, training_
 
 from .attempt import ATTEMPT_ENV, metrics_file
 from .attention import install_document_attention
-from .callbacks import STOP, StepMetricsCallback, install_stop_handler
+from .callbacks import STOP, GuardCallback, StepMetricsCallback, install_stop_handler
 from .checkpoints import latest_checkpoint
 from .collectives import check_shared_run_dir, share_cores
 from .data import hold_back, last_row_padded, load_stage_rows, tokenizer_for
 from .evaluate import passkey, position_loss
 from .exits import EXIT_FAILED, EXIT_OK, EXIT_OOM, EXIT_PREEMPTED, EXIT_STOPPED, say_last_words, says_out_of_memory
-from .guard import Guard, GuardCallback
+from .guard import Guard
 from .metrics import MemoryMeter, MetricsWriter, peak_tflops
 from .model import TiledLossHead, build_model, enable_tiled_mlp
 from .net import free_port
@@ -64,11 +64,39 @@ def setup_distributed() -> tuple[int, int, str]:
     # the node's cores, shared between its ranks (torchrun leaves each at OMP_NUM_THREADS=1): torch's CPU ops on CPU
     # ranks, DeepSpeedCPUAdam's OpenMP loop with the optimizer offloaded
     share_cores(int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    import deepspeed
-
+    deepspeed = import_deepspeed()
     # on CPU, Accelerate's SP set-up asserts unless DeepSpeed's comm is up before the Trainer is built
     deepspeed.comm.init_distributed(dist_backend="nccl" if cuda and not share else "gloo")
     return torch.distributed.get_rank(), torch.distributed.get_world_size(), "cuda" if cuda else "cpu"
+
+
+def import_deepspeed():
+    """DeepSpeed, imported with mlflow hidden from it. DeepSpeed's import runs its autotuner module, which imports
+    mlflow when it is installed (autotuning/autotuner.py: `try: import mlflow`), for an autotuner this trainer never
+    starts: mlflow and the pandas and pyarrow it pulls in were 122 of the ~445 start-up samples of a CPU rank
+    (py-spy, a 20-step tiny run). The ranks forward nothing to trackers (the worker does, worker/trackers.py), and
+    mlflow stays importable afterwards; a process that has imported mlflow already keeps it."""
+    hide = "mlflow" not in sys.modules
+    if hide:
+        sys.modules["mlflow"] = None  # type: ignore[assignment]  # `import mlflow` raises ImportError meanwhile
+    try:
+        import deepspeed
+    finally:
+        if hide:
+            del sys.modules["mlflow"]
+    return deepspeed
+
+
+def settle_imports() -> None:
+    """Import what the stages use, then move every object alive (modules, classes, the libraries' tables) out of
+    the garbage collector's sight (`gc.freeze`): the Trainer's `free_memory` and the end of a stage each run a full
+    `gc.collect()`, which walked all of them every time (110 of a CPU rank's ~445 start-up samples)."""
+    import accelerate.parallelism_config  # noqa: F401
+    import transformers  # noqa: F401
+    from transformers import Trainer  # noqa: F401
+
+    gc.collect()
+    gc.freeze()
 
 
 class _Attention:
@@ -237,6 +265,7 @@ def train_this_rank(spec, run_dir: Path, resume: bool) -> int:
             mine.unlink(missing_ok=True)
             writer = MetricsWriter(mine)
         attention = _Attention(attn)
+        settle_imports()
         guard = Guard(spec.run)  # this attempt's stop rules (guard.py)
         for i in range(start_stage, len(spec.stages)):
             if i > start_stage:
