@@ -58,9 +58,9 @@ slurm:
 # the install stamp; a new install or an emptied cache loads, and builds if need be, again).
 DS_OPS_LOADED := $(VENV)/.ds-ops-loaded
 ds-ops: install
-	@ext=$${TORCH_EXTENSIONS_DIR:-$$HOME/.cache/torch_extensions}; \
-	if [ $(DS_OPS_LOADED) -nt $(STAMP) ] && ls $$ext/*/cpu_adam/cpu_adam.so \
-	  $$ext/*/deepspeed_shm_comm/deepspeed_shm_comm.so >/dev/null 2>&1; then \
+	@ext=$(TORCH_EXTENSIONS_DIR); \
+	if [ $(DS_OPS_LOADED) -nt $(STAMP) ] && ls $$ext/cpu_adam/cpu_adam.so \
+	  $$ext/deepspeed_shm_comm/deepspeed_shm_comm.so >/dev/null 2>&1; then \
 	  echo "ds-ops: built and loaded before, in $$ext"; exit 0; fi; \
 	$(BIN)/python -c "from deepspeed.accelerator import get_accelerator as acc; \
 	builders = [acc().create_op_builder(n) for n in ('CPUAdamBuilder', 'ShareMemCommBuilder')]; \
