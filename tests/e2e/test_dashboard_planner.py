@@ -50,6 +50,7 @@ def test_invalid_sp_size_shows_the_field_error(api_server):
         page.goto(f"{api_server}/#/planner")
         page.locator("[data-testid=breakdown-bar]").wait_for(timeout=20_000)
         _wait_valid(page)
+        page.locator("[data-testid=sweep-chart]").wait_for(timeout=20_000)
 
         # Qwen3-4B has 32 attention heads: sp_size 6 cannot split them.
         page.fill("[data-testid=input-sp_size]", "6")
@@ -57,6 +58,8 @@ def test_invalid_sp_size_shows_the_field_error(api_server):
         err.wait_for(timeout=20_000)
         assert "6" in err.inner_text()
         assert page.locator("[data-testid=breakdown-bar]").count() == 0
+        # the sweep of the last valid plan is not left beside an invalid one
+        assert page.locator("[data-testid=sweep-chart]").count() == 0
         assert page.locator("[data-testid=submit-run]").is_disabled()
         screenshot(page, "dashboard-planner-invalid-sp")
 

@@ -158,8 +158,9 @@ function PlannerPage({ defaults, initial }: { defaults: PlanDefaults; initial: L
         ) : null}
         <RecommendPanel plan={built.plan} defaults={defaults.defaults} onUse={usePlan} />
         <SpMethodsPanel plan={valid ? built.plan : null} />
-        {sweepError ? <div className="card error" data-testid="sweep-error">Sweep failed: {sweepError}</div> : null}
-        {sweep ? (
+        {/* the last sweep stays while a new estimate is pending, never beside a plan with errors */}
+        {sweepError && !errors.length ? <div className="card error" data-testid="sweep-error">Sweep failed: {sweepError}</div> : null}
+        {sweep && !errors.length ? (
           <SweepView sweep={sweep} currentSp={built.plan?.parallel?.sp_size ?? 0}
             onPick={(sp, dp, seq) => {
               // the row is a layout of the user's GPUs: sp and dp change, the hardware (Nodes, GPUs / node) never
