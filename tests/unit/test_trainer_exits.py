@@ -25,3 +25,20 @@ def test_other_failures_are_not_out_of_memory():
     assert exit_state(EXIT_OK, cancelled=False, log_tail="") == "succeeded"
     assert exit_state(EXIT_PREEMPTED, cancelled=True, log_tail="out of memory") == "cancelled"
     assert exit_state(EXIT_STOPPED, cancelled=False, log_tail="out of memory") == "stopped"  # a stop rule fired
+
+
+def test_a_rank_failure_is_one_line_and_its_exit_code(tmp_path):
+    """train.failed, the one ladder of the trainer's and the probe's ranks: out of memory however torch raises it,
+    anything else as `rank R: Type: first line`, written to the run's error file."""
+    import torch
+
+    from worker.trainer.train import failed
+
+    assert failed(tmp_path, 0, torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")) == EXIT_OOM
+    assert failed(tmp_path, 1, RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate "
+                                            "549755813888 bytes")) == EXIT_OOM
+    assert failed(tmp_path, 1, ValueError("bad plan\nsecond line")) == EXIT_FAILED
+    assert (tmp_path / "error.txt").read_text().splitlines() == [
+        "out of memory on rank 0: tried to allocate 2.00 GiB (OutOfMemoryError)",
+        "out of memory on rank 1: tried to allocate 512.00 GiB (RuntimeError)",
+        "rank 1: ValueError: bad plan"]

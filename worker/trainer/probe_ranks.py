@@ -22,7 +22,7 @@ import torch
 
 from .attempt import metrics_file
 from .callbacks import STOP, install_stop_handler
-from .exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED, says_out_of_memory
+from .exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED
 from .metrics import MetricsWriter
 
 DONE = "done"  # OUT/depth-N/DONE: every rank trained this depth to its end
@@ -75,7 +75,15 @@ def run_depths(out: Path, depths: list[int]) -> int:
     from plan.launch import effective_attn
 
     from .spec import PlanError, RunSpec, load_plan
-    from .train import SKIP_FINAL_SAVE_ENV, _Attention, _fail, _first_line, _oom, settle_imports, setup_distributed
+    from .train import (
+        SKIP_FINAL_SAVE_ENV,
+        _Attention,
+        _fail,
+        close_distributed,
+        failed,
+        settle_imports,
+        setup_distributed,
+    )
 
     os.environ[SKIP_FINAL_SAVE_ENV] = "1"  # a random-weight model: nobody reads it
     install_stop_handler()
@@ -116,20 +124,10 @@ def run_depths(out: Path, depths: list[int]) -> int:
         return _fail(run_dir, rank, f"error: {e}", EXIT_BAD_INPUT)
     except InterruptedError as e:
         return _fail(run_dir, rank, str(e), EXIT_PREEMPTED, quiet_trace=True)
-    except torch.OutOfMemoryError as e:
-        return _oom(run_dir, rank, e)
-    except RuntimeError as e:
-        if says_out_of_memory(str(e)):
-            return _oom(run_dir, rank, e)
-        return _fail(run_dir, rank, f"rank {rank}: {type(e).__name__}: {_first_line(e)}", EXIT_FAILED)
-    except Exception as e:  # every failure ends with one line
-        return _fail(run_dir, rank, f"rank {rank}: {type(e).__name__}: {_first_line(e)}", EXIT_FAILED)
+    except Exception as e:  # every failure ends with one line, as a training rank's
+        return failed(run_dir, rank, e)
     finally:
-        try:
-            if torch.distributed.is_initialized():
-                torch.distributed.destroy_process_group()
-        except Exception:
-            pass
+        close_distributed()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -287,20 +287,27 @@ def train_this_rank(spec, run_dir: Path, resume: bool) -> int:
             writer.close()
         torch.distributed.barrier()
         return EXIT_OK
-    except torch.OutOfMemoryError as e:
-        return _oom(run_dir, rank, e)
-    except RuntimeError as e:
-        if says_out_of_memory(str(e)):
-            return _oom(run_dir, rank, e)
-        return _fail(run_dir, rank, f"rank {rank}: {type(e).__name__}: {_first_line(e)}", EXIT_FAILED)
     except Exception as e:  # every failure ends with one line
-        return _fail(run_dir, rank, f"rank {rank}: {type(e).__name__}: {_first_line(e)}", EXIT_FAILED)
+        return failed(run_dir, rank, e)
     finally:
-        try:
-            if torch.distributed.is_initialized():
-                torch.distributed.destroy_process_group()
-        except Exception:
-            pass
+        close_distributed()
+
+
+def failed(run_dir: Path, rank: int, e: Exception) -> int:
+    """A rank's failure as its exit code and one line (written by _fail): out of memory (torch's error, or a
+    RuntimeError that says so), or `rank R: Type: first line`. The trainer's and the probe's ranks both end so."""
+    if isinstance(e, torch.OutOfMemoryError) or (isinstance(e, RuntimeError) and says_out_of_memory(str(e))):
+        return _oom(run_dir, rank, e)
+    return _fail(run_dir, rank, f"rank {rank}: {type(e).__name__}: {_first_line(e)}", EXIT_FAILED)
+
+
+def close_distributed() -> None:
+    """Leave the process group, whatever state the failure left it in."""
+    try:
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+    except Exception:
+        pass
 
 
 def _first_line(e: BaseException) -> str:
