@@ -7,7 +7,7 @@ import { INK } from "../../lib/theme";
 import type { Run } from "../../lib/api";
 import { ema, fmtNum } from "../../lib/format";
 import { EvalCharts } from "./EvalCharts";
-import { aligned, single } from "./series";
+import { aligned, rankLabels, single } from "./series";
 import type { Store, Zoom } from "./useRunData";
 
 const SMOOTHING = 0.6;  // the loss EMA factor a page opens with (a shared link may give another)
@@ -117,22 +117,12 @@ export function RunCharts({ run, store, zoom, setZoom }: Props) {
     const a = aligned(store, "peak_allocated_gib");
     // Ranks with equal values (SP ranks hold equal shards) would hide each other: every rank after the first is
     // drawn dashed and thinner over the wider solid lines, and one that overlaps an earlier rank at most steps is
-    // labelled with it ("rank 1 = rank 0 at 39/40 steps"), so both stay visible.
-    const close = (u: number | null, v: number | null) => u !== null && v !== null && Math.abs(u - v) <= 1e-3 * Math.max(Math.abs(u), Math.abs(v));
-    const lines: Line[] = a.ranks.map((r, i) => {
-      const n = a.values[i].filter((v) => v !== null).length;
-      let best = -1, bestCount = 0;
-      for (let j = 0; j < i; j++) {
-        const c = a.values[i].filter((v, k) => close(v, a.values[j][k])).length;
-        if (c > bestCount) { best = j; bestCount = c; }
-      }
-      const overlaps = best >= 0 && bestCount * 2 > n;
-      return {
-        label: overlaps ? `rank ${r} (= rank ${a.ranks[best]} at ${bestCount}/${n} steps)` : `rank ${r}`,
-        values: a.values[i], color: PALETTE[i % PALETTE.length],
-        ...(i === 0 ? { width: 3 } : { dash: [5, 5], width: 1.5 }),
-      };
-    });
+    // labelled with it ("rank 1 = rank 0 at 39/40 steps", series.rankLabels), so both stay visible.
+    const labels = rankLabels(a.ranks, a.values);
+    const lines: Line[] = a.ranks.map((_r, i) => ({
+      label: labels[i], values: a.values[i], color: PALETTE[i % PALETTE.length],
+      ...(i === 0 ? { width: 3 } : { dash: [5, 5], width: 1.5 }),
+    }));
     const equalRanks = lines.filter((l) => l.label.includes("(= rank")).length;
     if (predictedPeak != null && a.x.length && showPlanner) {
       lines.push({ label: "planner peak", values: a.x.map(() => predictedPeak), color: INK, dash: [6, 4], width: 2 });

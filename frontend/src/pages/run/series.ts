@@ -23,3 +23,21 @@ export function single(store: Store, name: string): { x: number[]; y: (number | 
   if (!a.ranks.length) return { x: [], y: [] };
   return { x: a.x, y: a.values[0] };
 }
+
+/** Within 1e-3 of each other (relative): two ranks' values that one chart line would hide under the other. */
+const close = (u: number | null, v: number | null) =>
+  u !== null && v !== null && Math.abs(u - v) <= 1e-3 * Math.max(Math.abs(u), Math.abs(v));
+
+/** Per-rank line labels of a per-rank chart: "rank R", or "rank R (= rank Q at k/n steps)" when the rank's line
+ * lies on an earlier rank's at more than half of its points (SP ranks hold equal shards), so both stay visible. */
+export function rankLabels(ranks: number[], values: (number | null)[][]): string[] {
+  return ranks.map((r, i) => {
+    const n = values[i].filter((v) => v !== null).length;
+    let best = -1, bestCount = 0;
+    for (let j = 0; j < i; j++) {
+      const c = values[i].filter((v, k) => close(v, values[j][k])).length;
+      if (c > bestCount) { best = j; bestCount = c; }
+    }
+    return best >= 0 && bestCount * 2 > n ? `rank ${r} (= rank ${ranks[best]} at ${bestCount}/${n} steps)` : `rank ${r}`;
+  });
+}
