@@ -92,7 +92,6 @@ def settle_imports() -> None:
     the garbage collector's sight (`gc.freeze`): the Trainer's `free_memory` and the end of a stage each run a full
     `gc.collect()`, which walked all of them every time (110 of a CPU rank's ~445 start-up samples)."""
     import accelerate.parallelism_config  # noqa: F401
-    import transformers  # noqa: F401
     from transformers import Trainer  # noqa: F401
 
     gc.collect()
