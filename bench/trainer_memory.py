@@ -9,7 +9,8 @@ only on CUDA (`cpu_absent_bytes`: the cuBLAS workspaces), plus the states an off
 (on CPU ranks that is the same memory, and the meter counts them). tests/integration/test_trainer_memory.py holds
 the session's shared trained runs (tests/integration/trainer_runs.py) to the same comparison and TOLERANCE.
 
-Features in one process (`feature_drops`, also tested): TiledMLP and the tiled logits loss, each at a size where its
+Features in one process (`feature_drops`, also tested): TiledMLP, the tiled logits loss and the loss on bf16 logits
+(`upcast_logits: false`), each at a size where its
 phase is the peak, the model built and switched as the trainer does, under the trainer's CPU meter, against the
 planner's activation peak with the feature off and on.
 
