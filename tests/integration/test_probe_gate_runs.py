@@ -16,8 +16,11 @@ def test_an_impossible_memory_fraction_stops_the_run_at_the_probe(api, corpus):
     assert done["exit_reason"].startswith("stopped: smoke test failed (probe: rank 0 peaked at "), done["exit_reason"]
     assert "of 80 (limit 1e-09)" in done["exit_reason"]
     assert done["last_step"] < 400
-    assert [(a["kind"], a["stopped"]) for a in done["alerts"]] == [("probe_failed", True)]
-    assert done["alerts"][0]["step"] <= 3
+    # the probe's alert is the one that stopped the run; a throughput_dropped alert (it stops nothing by default) may
+    # come beside it when the loaded machine slows the tiny steps (seen once in a fresh-clone make test)
+    assert [(a["kind"], a["stopped"]) for a in done["alerts"] if a["stopped"]] == [("probe_failed", True)]
+    assert {a["kind"] for a in done["alerts"]} <= {"probe_failed", "throughput_dropped"}, done["alerts"]
+    assert next(a for a in done["alerts"] if a["kind"] == "probe_failed")["step"] <= 3
     assert len(done["attempts"]) == 1
     assert api.get(f"/api/runs/{run['id']}/checkpoints").json(), "the stop saved a checkpoint"
     events = api.get(f"/api/runs/{run['id']}/events").json()
