@@ -78,8 +78,16 @@ class Heartbeat:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        """Stop the thread, then beat once more: the block (watch, then the drain) may ship its last steps after
+        the thread's last round, and the step a beat reports is the one the run's row shows (the Slurm path has no
+        other: its poller ends the run without a step)."""
         self._done.set()
         self._thread.join(timeout=30)
+        try:
+            if self.beat():
+                self.stop_requested.set()
+        except Exception:
+            log.exception("final heartbeat failed")
 
 
 def stop_wait_s(spec: dict[str, Any], settings: Settings) -> float:

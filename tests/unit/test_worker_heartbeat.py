@@ -37,6 +37,17 @@ def test_the_thread_ends_with_the_block():
     assert not any(t.name == "heartbeat" and t.is_alive() for t in threading.enumerate())
 
 
+def test_a_last_beat_after_the_block_reports_the_last_step_shipped():
+    """The drain ships the trainer's last steps after the thread's last round (a Slurm run showed 26 of its 30
+    steps once succeeded): the beat made on leaving the block reports them."""
+    shipped = {"step": 0}
+    beats: list[int] = []
+    with Heartbeat(lambda: beats.append(shipped["step"]) or False, every_s=10.0):
+        time.sleep(0.05)  # the thread's first round
+        shipped["step"] = 30  # the drain, well within one heartbeat interval
+    assert beats[-1] == 30, beats
+
+
 def test_a_stop_waits_for_the_plans_checkpoint_grace_before_sigkill():
     from types import SimpleNamespace
 
