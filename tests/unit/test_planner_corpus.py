@@ -38,3 +38,19 @@ def test_corpus_row_no_worse_than_its_bound(row_id):
 
 def test_the_committed_bands_are_the_corpus_bands():
     assert BANDS_CSV.read_text() == render(compute())
+
+
+def test_pairs_that_disagree_before_any_planner_is_asked():
+    """bench/corpus_consistency.py: the floor one estimate has on two rows that should publish the same figure."""
+    from bench.corpus_consistency import PAIRS, all_to_all_bytes, floor
+
+    rows = {r["id"]: r for r in read_corpus()}
+    assert floor(42.0, 56.0, 0.0) == pytest.approx(14 / 98)  # 42 (1 + x) = 56 (1 - x)
+    assert floor(40.0, 40.5, 1.0) == 0.0  # a gap smaller than the expected extra: no floor
+    floors = {}
+    for p in PAIRS:
+        hi = rows[p.high]
+        d = all_to_all_bytes(hi) / 2**30 if hi["plan"]["parallel"]["sp_size"] > 1 else 0.0
+        floors[p.high] = floor(float(rows[p.low]["published"]), float(hi["published"]), d)
+    assert floors["M3-mem-a"] == pytest.approx(0.143, abs=0.001)
+    assert floors["HF-4g-sp4-32K-mem"] == pytest.approx(0.217, abs=0.001)

@@ -1,0 +1,116 @@
+"""Pairs of corpus rows whose published values disagree with each other, before any planner is asked.
+
+    .venv/bin/python bench/corpus_consistency.py [--without-fp32-grad-buffer]
+
+Two rows of one publication that describe the same per-rank memory (the same configuration; or the same model
+states per rank and the same tokens per rank, where one adds only Ulysses' all-to-all buffers) must publish about
+the same figure. When they do not, no estimate can be close to both: for published values a < b that should be
+equal up to a known extra d (b's side), the best any single estimate can do is a worst relative error of
+(b - d - a) / (a + b), reached when it errs the same share low on b and high on a. This script prints that floor
+for each pair the corpus has, beside the planner's errors on the two rows, so the corpus summary
+(bench/planner_validation.py) can be read with it: a row on the wrong side of such a pair holds the "worst error"
+of its regime whatever the physics.
+
+No planner constant is derived from here; the planner is asked only for the all-to-all buffer bytes (d) and for its
+current predictions.
+
+--without-fp32-grad-buffer: the open lead of the README's "Planner accuracy" (not in the planner): the ulysses
+memory rows as they would read if ZeRO-3's fp32 gradient buffer did not stay on the GPU through forward and
+backward (DeepSpeed stage3.py `initialize_optimizer_states` drops it when nothing is offloaded) and each step made
+the fp32 gradients of its largest sub group instead (`_prepare_fp32_grad_for_sub_group`: a flat copy in the
+training dtype, then its fp32 cast, 6 B per element at once).
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.corpus import evaluate_all  # noqa: E402
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class Pair:
+    low: str    # the row that publishes less
+    high: str   # the row that publishes more (or the same configuration plus Ulysses' buffers)
+    why: str    # why the two must publish about the same figure
+
+
+PAIRS = (
+    Pair("M3-mem-b", "M3-mem-a",
+         "the same configuration (the corpus reads both ms-swift scripts as Qwen2.5-7B, DP=4, 16,384 tokens, "
+         "ZeRO-3, Liger, GA 2)"),
+    Pair("HF-4g-sp1-8K-mem", "HF-4g-sp4-32K-mem",
+         "the same ZeRO-3 states per rank (Qwen3-4B sharded over 4 ranks either way) and the same 8,192 tokens "
+         "per rank (DP=4 at 8K; Ulysses SP=4 at 32K holds 32K/4 outside attention), SP adding only its all-to-all "
+         "buffers"),
+)
+
+
+def all_to_all_bytes(row: dict) -> float:
+    """What the planner counts for Ulysses' all-to-all buffers in the row's plan (0 without SP)."""
+    from plan.memory import activation_terms
+    from plan.validation import validate
+
+    spec = validate(row["plan"]).spec
+    assert spec is not None
+    return float(activation_terms(spec)["layer"]["comm_buffers"])
+
+
+def floor(a: float, b: float, d: float) -> float:
+    """The smallest worst relative error one estimate can have on published a and b (a < b) that should differ
+    by d: errs x high on a and x low on b with a (1 + x) = b (1 - x) - d."""
+    return max(0.0, (b - d - a) / (a + b))
+
+
+def without_fp32_grad_buffer() -> None:
+    import plan.memory as pm
+    from bench.corpus import read_corpus
+    from plan.validation import validate
+
+    print("ulysses memory rows without ZeRO-3's resident fp32 gradient buffer (a what-if; the planner keeps it)")
+    for row in read_corpus():
+        if row["regime"] != "ulysses" or row["quantity"] not in ("reserved", "allocated"):
+            continue
+        spec = validate(row["plan"]).spec
+        assert spec is not None
+        m = pm.estimate_memory(spec)
+        st, zb, act = pm.state_terms(spec), pm.zero_buffer_terms(spec), pm.activation_terms(spec)
+        on_gpu = spec.zero_stage == 3 and not spec.offload_optimizer and spec.dtype_bytes < 4
+        n = min(spec.model.total_params / spec.world, pm.SUB_GROUP_SIZE) if on_gpu else 0.0
+        base = st["params"] + st["grads"] - 4 * n + st["optimizer"] + act["framework"]
+        loss = base + act["loss"]["activations"] + act["loss"]["logits_and_loss"] + zb["loss"]
+        layer = base + act["layer"]["activations"] + act["layer"]["comm_buffers"] + zb["layer"]
+        step = base + 6 * n
+        allocated = max(loss, layer, step)
+        old = m["allocated"] if row["quantity"] == "allocated" else m["reserved"]
+        new = allocated + (0.0 if row["quantity"] == "allocated" else m["reserved"] - m["allocated"])
+        pub = float(row["published"])
+        print(f"  {row['id']:<24} published {pub:5.1f}  planner {old / GIB:5.1f} ({old / GIB / pub - 1:+6.1%})  "
+              f"without {new / GIB:5.1f} ({new / GIB / pub - 1:+6.1%})")
+
+
+def main() -> int:
+    if "--without-fp32-grad-buffer" in sys.argv[1:]:
+        without_fp32_grad_buffer()
+        return 0
+    results = {r.row["id"]: r for r in evaluate_all()}
+    print("pairs of rows that should publish the same per-rank memory (published values only)\n")
+    for pair in PAIRS:
+        lo, hi = results[pair.low], results[pair.high]
+        a, b = float(lo.row["published"]), float(hi.row["published"])
+        d = all_to_all_bytes(hi.row) / GIB if hi.row["plan"]["parallel"]["sp_size"] > 1 else 0.0
+        print(f"{pair.low} {a:g} vs {pair.high} {b:g} GiB ({(b - a) / a:+.1%}): {pair.why}")
+        print(f"  expected gap: {d:.2f} GiB; the best one estimate can do on both: worst error {floor(a, b, d):.1%}")
+        print(f"  the planner: {pair.low} {lo.predicted:.1f} ({lo.error:+.1%}), "
+              f"{pair.high} {hi.predicted:.1f} ({hi.error:+.1%})\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
