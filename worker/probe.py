@@ -24,7 +24,7 @@ from pathlib import Path
 
 from plan.probe import DEPTHS, PARTS, STEPS, ProbeError, full_depth, probe_plan, summarize, text_table
 from worker.trainer.exits import describe_exit, says_out_of_memory
-from worker.trainer.probe_ranks import DONE, depth_dir
+from worker.trainer.probe_layout import DONE, depth_dir
 
 RESULT = "probe.json"
 REQUEST = "probe_request.json"  # beside a Slurm job's plan.json: the job runs a probe (worker/slurm_job.py)

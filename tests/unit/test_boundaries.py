@@ -101,6 +101,12 @@ def test_the_worker_task_module_loads_no_training_stack():
     assert packages_loaded("import worker.tasks", tuple(sorted(TRAINING_STACK))) == []
 
 
+def test_the_probe_launcher_and_the_slurm_job_load_no_training_stack():
+    """`ulab probe`, the Celery task of a probe and every Slurm job import worker.probe (the launcher); only its
+    ranks (probe_ranks.py, under torchrun) need torch and Transformers: 1.7 CPU-s per launch when it loaded them."""
+    assert packages_loaded("import worker.probe, worker.slurm_job", tuple(sorted(TRAINING_STACK))) == []
+
+
 def test_a_rank_imports_deepspeed_without_mlflow_and_freezes_its_imports():
     """DeepSpeed's autotuner imports mlflow (and pandas, pyarrow) at DeepSpeed's import when it is installed; a
     rank hides it for that import (train.import_deepspeed), and mlflow stays importable. settle_imports moves the

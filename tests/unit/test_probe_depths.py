@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from worker.probe import breakdown, depth_outcome, read_depth
-from worker.trainer.probe_ranks import DONE
+from worker.trainer.probe_layout import DONE
 
 
 def test_a_depth_says_done_failed_oom_or_nothing(tmp_path):

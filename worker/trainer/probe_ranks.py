@@ -24,12 +24,7 @@ from .attempt import metrics_file
 from .callbacks import STOP, install_stop_handler
 from .exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED
 from .metrics import MetricsWriter
-
-DONE = "done"  # OUT/depth-N/DONE: every rank trained this depth to its end
-
-
-def depth_dir(out: Path, depth: int) -> Path:
-    return Path(out) / f"depth-{depth}"
+from .probe_layout import DONE, depth_dir
 
 
 def release_memory() -> None:
