@@ -208,13 +208,19 @@ def test_bad_partition_override_is_refused_naming_the_field(api, corpus):
 def test_requeue_resumes_from_the_checkpoint_with_no_step_lost_or_repeated(slurm_stack, cluster, api, corpus):
     """`scontrol requeue` stands in for a preemption: SIGTERM (the trainer checkpoints), the job goes back to
     PENDING under the same id, the attempt is lost, and the next attempt resumes in the same job."""
-    steps = 40
+    # enough steps that the requeue strikes mid-run: the tiny model trains a step in 20-30 ms on an idle machine, and
+    # 40 steps once ended before the requeue's SIGTERM (attempt 2 then trained all 40 again from step 1)
+    steps = 200
     plan_id = api.post("/api/plans", json=tiny_plan(sp_size=1)).json()["id"]
     run = api.post("/api/runs", json={"plan_id": plan_id, "name": "requeued", "max_retries": 1, "run": {
         "steps": steps, "checkpoint_every": 1000, "data": {"path": str(corpus)}}}).json()
     run = api.post(f"/api/runs/{run['id']}/approve").json()
     job_id = run["slurm_job_id"]
-    wait_step(api, run["id"], 5)
+    run_dir = slurm_stack.home / "cluster-fs" / f"run-{run['id']}"
+    end = time.monotonic() + 180
+    while written_step(run_dir) < 5:  # the job's own file: the API's step follows a heartbeat behind
+        assert time.monotonic() < end, f"run {run['id']} wrote no step 5"
+        time.sleep(0.05)
     r = subprocess.run(["scontrol", "requeue", job_id], env=cluster.env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     # the attempt is lost and the next one queued under the same job
@@ -235,8 +241,10 @@ def test_requeue_resumes_from_the_checkpoint_with_no_step_lost_or_repeated(slurm
     assert "requeued" in done["attempts"][0]["exit_reason"]
     assert steps_of(api, run["id"]) == list(range(1, steps + 1))
     # each start of the job writes its own metrics file (worker/trainer/attempt.py): read them oldest first
-    files = metrics_files(slurm_stack.home / "cluster-fs" / f"run-{run['id']}")
+    files = metrics_files(run_dir)
     assert len(files) == 2, files
+    first = [json.loads(x)["step"] for x in files[0].read_text().splitlines() if x.strip()]
+    assert 5 <= first[-1] < steps, f"attempt 1 reached step {first[-1]} of {steps} before the requeue stopped it"
     lines = [json.loads(x) for f in files for x in f.read_text().splitlines() if x.strip()]
     # checkpoints only on SIGTERM (checkpoint_every 1000): attempt 2 went on from the step attempt 1 saved
     assert [x["step"] for x in lines] == list(range(1, steps + 1)), "a step was lost or trained twice"
