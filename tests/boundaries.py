@@ -15,13 +15,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # Not source of the project: installed packages, the dashboard, run directories, test output.
 NOT_SOURCE = {"node_modules", "frontend", "var", "test-artifacts", "__pycache__"}
+# Build output at the top of the repo (git-ignored): `pip wheel .` (scripts/gpu_wheels.sh, `make gpu-rehearsal`)
+# copies every package into build/lib, whose copies are not the source.
+BUILD_OUTPUT = {"build", "dist"}
 
 
-def source_files(*dirs: str) -> Iterator[Path]:
+def source_files(*dirs: str, root: Path = ROOT) -> Iterator[Path]:
     """Every .py file under the given directories of the repo (all of it when none are given), sorted."""
-    for top in [ROOT / d for d in dirs] or [ROOT]:
+    for top in [root / d for d in dirs] or [root]:
         for here, subdirs, files in os.walk(top):
-            subdirs[:] = sorted(d for d in subdirs if d not in NOT_SOURCE and not d.startswith("."))
+            skip = NOT_SOURCE | (BUILD_OUTPUT if Path(here) == root else set())
+            subdirs[:] = sorted(d for d in subdirs if d not in skip and not d.startswith("."))
             yield from (Path(here) / f for f in sorted(files) if f.endswith(".py"))
 
 

@@ -161,3 +161,16 @@ def test_the_source_scan_covers_the_packages():
     assert {"plan", "backend", "worker", "tests", "bench"} <= scanned
     assert (ROOT / ENTRY_POINT).is_file()
     assert all((ROOT / f).is_file() for f in LAZY_TRAINING_STACK_ALLOWED_IN)
+
+
+def test_source_files_leave_out_build_output(tmp_path):
+    """`make gpu-rehearsal` leaves `pip wheel .`'s build/lib copies of every package at the top of the checkout; a
+    `make test` after it failed the run-state writer check on build/lib/backend/runs/transitions.py."""
+    from tests.boundaries import source_files
+
+    for rel in ("backend/runs/transitions.py", "build/lib/backend/runs/transitions.py", "dist/x.py",
+                "plan/build/kept.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("")
+    found = [p.relative_to(tmp_path).as_posix() for p in source_files(root=tmp_path)]
+    assert found == ["backend/runs/transitions.py", "plan/build/kept.py"]
