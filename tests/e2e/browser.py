@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import atexit
+import os
+import shutil
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -82,3 +84,14 @@ def screenshot(page, name: str) -> Path:
     path = ARTIFACTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
     return path
+
+
+# docs/screenshots/ is tracked: a test run refreshes it only when asked, so `make test` leaves the tree clean
+DOC_SCREENSHOTS_ENV = "ULAB_DOC_SCREENSHOTS"
+
+
+def to_docs(shot: Path, name: str) -> Path | None:
+    """Copy a test's screenshot over docs/screenshots/NAME when ULAB_DOC_SCREENSHOTS=1 (answers the copy)."""
+    if os.environ.get(DOC_SCREENSHOTS_ENV) != "1":
+        return None
+    return Path(shutil.copy(shot, REPO / "docs" / "screenshots" / name))

@@ -1,12 +1,11 @@
 """The Workers page and a refused approval in Chromium: the stack's real Celery worker (CPU ranks) as it reported
 itself at start, beside a GPU worker's report written into the database (the one mock: no GPU here), and a run
 whose attention kernel no running worker of its queue has refused at approval, naming the field."""
-import shutil
 import time
 
 import pytest
 
-from tests.e2e.browser import REPO, chromium_page, screenshot
+from tests.e2e.browser import chromium_page, screenshot, to_docs
 from tests.tiny import submit, tiny_plan
 
 pytestmark = pytest.mark.slow
@@ -68,14 +67,14 @@ def test_workers_page_and_a_missing_kernel_refused(stack, api, corpus, pg_url):
             assert ("flash_attention_3 is not installed on any gpu-h100-80gb worker (they have eager, "
                     "flash_attention_2, flex_attention, sdpa)") in err.inner_text()
             shot = screenshot(page, "dashboard-approval-missing-kernel")
-            shutil.copy(shot, REPO / "docs" / "screenshots" / "approval-missing-kernel.png")
+            to_docs(shot, "approval-missing-kernel.png")
             page.goto(f"{stack.url}/#/workers")
             page.locator("[data-testid=worker-row]").first.wait_for(timeout=20_000)
             table = page.locator("[data-testid=workers-table]").inner_text()
             assert "NVIDIA H100 80GB HBM3" in table
             assert "no GPU (CPU ranks)" in table
             shot = screenshot(page, "dashboard-workers")
-            shutil.copy(shot, REPO / "docs" / "screenshots" / "workers.png")
+            to_docs(shot, "workers.png")
     finally:
         _gpu_worker(pg_url, up=False)
         with engine.begin() as c:
