@@ -125,6 +125,10 @@ def launch(out: Path, depths: list[int]) -> int:
     first = depth_dir(out, depths[0]) / "plan.json"
     spec = RunSpec.from_plan(load_plan(first))
     set_alloc_conf(spec)
+    if spec.offload_optimizer:
+        from worker.trainer.cpu_info import share_cpu_info
+
+        share_cpu_info()  # asked once here, read by the ranks (worker/trainer/cpu_info.py)
     lock = hold_run_dir(first, out, None)
     tail = ["worker.trainer.probe_ranks", "--out", str(out), "--depths", ",".join(map(str, depths))]
     if spec.world_size == 1:

@@ -43,6 +43,7 @@ from plan.launch import (
 )
 
 from . import attempt as attempts
+from .cpu_info import share_cpu_info
 from .exits import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,
@@ -192,8 +193,10 @@ def run_train(plan_path: Path, run_dir: Path, resume: bool, attempt: int | None 
         if "LOCAL_RANK" not in os.environ or os.environ.get("RANK") == "0":
             print(f"--resume: no checkpoint under {run_dir / 'checkpoints'} yet; starting from step 1", flush=True)
         resume = False
-    if spec.offload_optimizer and "LOCAL_RANK" not in os.environ:
-        build_cpu_adam()
+    if spec.offload_optimizer:
+        share_cpu_info()  # DeepSpeed's CPU Adam asks which CPU this is 3 times per rank, a subprocess each
+        if "LOCAL_RANK" not in os.environ:
+            build_cpu_adam()
     if spec.world_size > 1 and "LOCAL_RANK" not in os.environ:
         return _launch_ranks(spec, plan_path, run_dir, resume, lock)
     from .train import train_this_rank

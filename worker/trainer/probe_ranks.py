@@ -22,6 +22,7 @@ import torch
 
 from .attempt import metrics_file
 from .callbacks import STOP, install_stop_handler
+from .cpu_info import share_cpu_info
 from .exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED
 from .metrics import MetricsWriter
 from .probe_layout import DONE, depth_dir
@@ -102,6 +103,8 @@ def run_depths(out: Path, depths: list[int]) -> int:
                 raise RuntimeError(f"the plan needs {spec.world_size} ranks (sp_size*dp_size) but torchrun "
                                    f"started {world}")
             attn = effective_attn(spec.plan, cuda=device == "cuda")
+            if spec.offload_optimizer:
+                share_cpu_info()
             if attention is None:
                 attention = _Attention(attn)
                 settle_imports()
