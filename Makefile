@@ -13,8 +13,14 @@ PORT ?= 8000
 # Everything make starts (the suite's ranks, `make run`'s worker and trainers) inherits it; tests/conftest.py sets
 # the same for a pytest started by hand.
 export TORCH_EXTENSIONS_DIR ?= $(CURDIR)/var/torch_extensions
+# The ops' C++ compiles go through ccache when it is installed (torch's cpp_extension puts `ccache` before the compiler
+# whenever it finds one; `make ccache` installs it): with the paths under this checkout written relative to it
+# (BASEDIR) and the build directory left out of the hash (NOHASHDIR; the ops compile with -g), a fresh clone on a
+# machine that built the same sources before reuses the objects: `make ds-ops` 66 s -> see tests/TIMINGS.md.
+export CCACHE_BASEDIR ?= $(CURDIR)
+export CCACHE_NOHASHDIR ?= 1
 
-.PHONY: run test install frontend chromium slurm ds-ops clean lint gpu-check gpu-rehearsal FORCE
+.PHONY: run test install frontend chromium slurm ccache system-packages ds-ops clean lint gpu-check gpu-rehearsal FORCE
 
 install: $(STAMP)
 
@@ -51,13 +57,21 @@ slurm:
 	@(command -v sbatch && command -v slurmctld && command -v slurmd && command -v munged) >/dev/null 2>&1 || \
 	(apt-get update -qq && apt-get install -y -qq slurm-wlm munge >/dev/null)
 
+# What `make test` needs from Debian, one apt-get after the other.
+system-packages:
+	@$(MAKE) --no-print-directory chromium slurm ccache
+
+# ccache for DeepSpeed's op builds (above).
+ccache:
+	@command -v ccache >/dev/null || (apt-get update -qq && apt-get install -y -qq ccache >/dev/null)
+
 # DeepSpeed's C++ ops that CPU ranks JIT-build on first use (CPU Adam for offloaded optimizer states; the shared-memory
 # collectives of its CPU backend): built once into $TORCH_EXTENSIONS_DIR (above), the cache the trainer's ranks load from.
 # Loading them again costs ~45 CPU-s (importing DeepSpeed, its builders' compiler checks, ninja): skipped while both
 # libraries are in the cache and this venv loaded them since its last install ($(VENV)/.ds-ops-loaded, newer than
 # the install stamp; a new install or an emptied cache loads, and builds if need be, again).
 DS_OPS_LOADED := $(VENV)/.ds-ops-loaded
-ds-ops: install
+ds-ops: install ccache
 	@ext=$(TORCH_EXTENSIONS_DIR); \
 	if [ $(DS_OPS_LOADED) -nt $(STAMP) ] && ls $$ext/cpu_adam/cpu_adam.so \
 	  $$ext/deepspeed_shm_comm/deepspeed_shm_comm.so >/dev/null 2>&1; then \
@@ -84,7 +98,8 @@ lint: install $(FRONTEND_DEPS)
 	cd frontend && npm run --silent lint && npm test --silent
 
 # The whole suite against the real services (PostgreSQL and Redis on 127.0.0.1, Chromium, torchrun, Slurm).
-# What the tests need first, side by side: the dashboard build (the e2e tests serve it) and DeepSpeed's ops build
+# First, side by side: the venv (pip, one core busy at most), the dashboard's npm packages and the Debian packages
+# (one apt-get at a time: dpkg takes one). Then, side by side: the dashboard build (the e2e tests serve it) and DeepSpeed's ops build
 # (the trainer's ranks load them). Lint (the `lint` target's ruff and mypy) needs nothing the tests make, so it runs
 # beside pytest, its output kept in a file and printed, its exit code counted, once pytest ends: mypy no longer holds
 # the suite back (tests/TIMINGS.md). Then two pytest processes, each taking whole files (--dist loadfile): much of
@@ -96,7 +111,8 @@ lint: install $(FRONTEND_DEPS)
 # seconds land in var/junit.xml (`python bench/suite_durations.py var/junit.xml`: per file, and the two queues
 # simulated). TEST_JOBS=0 runs in one process.
 TEST_JOBS ?= 2
-test: install chromium slurm
+test:
+	$(MAKE) --no-print-directory -j3 install $(FRONTEND_DEPS) system-packages
 	$(MAKE) --no-print-directory -j2 frontend ds-ops
 	@lint_log=$$(mktemp); ($(BIN)/ruff check . && $(BIN)/mypy && cd frontend && npm run --silent lint && npm test --silent) >$$lint_log 2>&1 & lint=$$!; \
 	$(BIN)/python -m pytest -q -ra --durations=15 -n $(TEST_JOBS) --dist loadfile \
