@@ -22,12 +22,15 @@ Exit codes (exits.py): 0 done; 1 training failed (reason on the last stderr line
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from plan.launch import (
@@ -199,9 +202,26 @@ def run_train(plan_path: Path, run_dir: Path, resume: bool, attempt: int | None 
             build_cpu_adam()
     if spec.world_size > 1 and "LOCAL_RANK" not in os.environ:
         return _launch_ranks(spec, plan_path, run_dir, resume, lock)
-    from .train import train_this_rank
+    with gc_off_for_imports():
+        from .train import train_this_rank
 
-    return train_this_rank(spec, run_dir, resume)
+        return train_this_rank(spec, run_dir, resume)
+
+
+@contextmanager
+def gc_off_for_imports() -> Iterator[None]:
+    """The garbage collector off while this rank imports torch, Transformers and DeepSpeed: they make ~670,000
+    objects (~250,000 of them garbage in cycles), and the automatic collections walked the survivors again and again
+    as they piled up. `train.settle_imports()` then collects once, freezes what the imports left and turns the
+    collector on for training; whatever way the block ends, it is on again. A rank's imports: 3.35 -> 2.87 CPU-s
+    (medians of 3), peak RSS 398 -> 406 MiB (bench/rank_imports.py)."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
 
 
 def _launch_ranks(spec: RunSpec, plan_path: Path, run_dir: Path, resume: bool, lock: attempts.RunLock) -> int:

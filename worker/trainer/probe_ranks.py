@@ -135,7 +135,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--depths", required=True, help="comma-separated layer counts, each with OUT/depth-N/plan.json")
     a = p.parse_args(argv)
-    return run_depths(a.out, [int(x) for x in a.depths.split(",") if x.strip()])
+    from .cli import gc_off_for_imports
+
+    with gc_off_for_imports():  # until settle_imports(), as a training rank
+        return run_depths(a.out, [int(x) for x in a.depths.split(",") if x.strip()])
 
 
 if __name__ == "__main__":

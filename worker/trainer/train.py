@@ -90,12 +90,15 @@ def import_deepspeed():
 def settle_imports() -> None:
     """Import what the stages use, then move every object alive (modules, classes, the libraries' tables) out of
     the garbage collector's sight (`gc.freeze`): the Trainer's `free_memory` and the end of a stage each run a full
-    `gc.collect()`, which walked all of them every time (110 of a CPU rank's ~445 start-up samples)."""
+    `gc.collect()`, which walked all of them every time (110 of a CPU rank's ~445 start-up samples). The rank's
+    entry turned the collector off for the imports (cli.gc_off_for_imports): one collection here frees their
+    garbage, and the collector is on from here."""
     import accelerate.parallelism_config  # noqa: F401
     from transformers import Trainer  # noqa: F401
 
     gc.collect()
     gc.freeze()
+    gc.enable()
 
 
 class _Attention:
