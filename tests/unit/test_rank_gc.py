@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import subprocess
 import sys
 
@@ -12,8 +13,7 @@ import pytest
 
 from tests.boundaries import ROOT
 from tests.tiny import tiny_plan
-from worker.trainer import train as train_module
-from worker.trainer.cli import gc_off_for_imports, run_train
+from worker.trainer.cli import gc_off_for_imports
 
 COUNT_COLLECTIONS = """
 import gc, json, sys
@@ -55,21 +55,30 @@ def test_the_collector_is_on_again_however_the_block_ends():
     assert gc.isenabled()
 
 
-def test_a_rank_trains_from_imports_made_with_the_collector_off(tmp_path, monkeypatch):
-    """`ulab train` of a one-rank plan trains in this process: the trainer's module is imported and its rank
-    entered with the collector off (train_this_rank's settle_imports turns it on)."""
-    seen = {}
+RANK_ENTRY = """
+import gc, json, sys
+from worker.trainer import train
+seen = {}
+def rank(spec, run_dir, resume):
+    seen["collector_on"] = gc.isenabled()
+    return 0
+train.train_this_rank = rank  # what run_train imports and enters for a one-rank plan
+from worker.trainer.cli import run_train
+code = run_train(sys.argv[1], sys.argv[2], resume=False)
+print(json.dumps({**seen, "code": code, "on_after": gc.isenabled()}))
+"""
 
-    def rank(spec, run_dir, resume):
-        seen["collector_on"] = gc.isenabled()
-        return 0
 
-    monkeypatch.setattr(train_module, "train_this_rank", rank)
+def test_a_rank_trains_from_imports_made_with_the_collector_off(tmp_path):
+    """`ulab train` of a one-rank plan trains in its own process: the trainer's module is imported and its rank
+    entered with the collector off (train_this_rank's settle_imports turns it on). In a child process: run_train
+    takes the run directory's lock and tags the environment, as a launcher does."""
     data = tmp_path / "docs.txt"
     data.write_text("A few words of text for the tiny tokenizer to pack into rows.\n" * 400)
     plan = {**tiny_plan(sp_size=1, seq_len=64), "run": {"steps": 1, "data": {"path": str(data)}}}
     (tmp_path / "plan.json").write_text(json.dumps(plan))
-    monkeypatch.delenv("LOCAL_RANK", raising=False)
-    assert run_train(tmp_path / "plan.json", tmp_path / "run", resume=False) == 0
-    assert seen == {"collector_on": False}
-    assert gc.isenabled()
+    env = {k: v for k, v in os.environ.items() if k != "LOCAL_RANK"}
+    out = subprocess.run([sys.executable, "-c", RANK_ENTRY, str(tmp_path / "plan.json"), str(tmp_path / "run")],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"collector_on": False, "code": 0, "on_after": True}
