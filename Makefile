@@ -113,7 +113,7 @@ lint: install $(FRONTEND_DEPS)
 # the suite back (tests/TIMINGS.md). Then two pytest processes, each taking whole files (--dist loadfile): much of
 # the suite waits on services, browsers and the faults it injects, so two sessions keep both cores busy (each has
 # its own database, Redis database and stack; trained layouts of the trainer tests are shared,
-# tests/integration/trainer_runs.py). More processes do not help: the cores are ~98% busy with two, and each
+# tests/integration/trainer_runs.py). More processes did not help (three measured no faster): the cores are ~91% busy with two (vmstat), and each
 # process adds its own stack and trained run. The longest files go first (tests/longest_first.py: xdist's own
 # queue, most tests first, leaves them for the end, where one process runs them while the other idles). Each test's
 # seconds land in var/junit.xml (`python bench/suite_durations.py var/junit.xml`: per file, and the two queues
