@@ -80,6 +80,12 @@ def _step_on(rank: int, backend: str, store: str, out: str) -> None:
         result["error"] = f"{type(e).__name__}: {e}"
         result["trace"] = traceback.format_exc()
     finally:
+        # no rank tears its group down before every rank is through: a cuda:gloo group runs no collective here, so
+        # rank 0 was once done and closed its sockets while rank 1, slower under load, was still in gloo's
+        # connectFullMesh ("Connection closed by peer"). The rendezvous store serves as the barrier.
+        store = dist.distributed_c10d._get_default_store()
+        store.set(f"through/{rank}", "1")
+        store.wait([f"through/{r}" for r in range(WORLD)])
         try:
             dist.destroy_process_group()
         except Exception:
