@@ -21,7 +21,7 @@ from pathlib import Path
 
 import httpx
 
-from worker.trainer.attempt import attempt_of, current_files, first_step
+from worker.trainer.attempt import current_files, first_step
 
 log = logging.getLogger(__name__)
 MAX_BATCH_LINES = 2000
@@ -97,7 +97,7 @@ class MetricShipper:
                     log.warning("run %s: skipping a metrics line that is not a step record: %.200s", self.run_id, line)
             try:
                 # json.dumps, not httpx's json=: httpx refuses NaN, and a NaN loss must reach the API's alerts
-                body = {"points": points, "first_step": first_step(path), "attempt": attempt_of(path)}
+                body = {"points": points, "first_step": first_step(path)}
                 r = self.client.post(self.url, content=json.dumps(body),
                                      headers={"Content-Type": "application/json"})
                 r.raise_for_status()

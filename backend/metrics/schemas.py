@@ -29,9 +29,6 @@ class PointsIn(BaseModel):
     # the first step of the metrics file these points come from (the worker's shipper says it): the live
     # attempt's points count toward "every step stored" from there (backend/runs/transitions.missing_steps)
     first_step: int | None = Field(None, ge=0, le=2**31 - 1)
-    # the attempt whose metrics file these points come from (the worker's shipper says it): a new attempt's shipper
-    # sends the earlier attempts' files again first, and their points raise none of the live attempt's alerts
-    attempt: int | None = Field(None, ge=1, le=1_000_000)
 
 
 class Accepted(BaseModel):

@@ -179,16 +179,11 @@ def _probe_breach(session: Session, run: Run, points: list[PointIn], gate) -> tu
     return None
 
 
-def this_attempts(run: Run, points: list[PointIn], attempt: int | None = None) -> list[PointIn]:
+def this_attempts(run: Run, points: list[PointIn]) -> list[PointIn]:
     """The points the live attempt wrote. A new attempt's shipper sends every attempt's metrics file again, oldest
-    first (worker/shipper.py), and the earlier attempts' points must not raise this attempt's alerts. The shipper says
-    which attempt's file a batch comes from (`attempt`): another attempt's points are none of the live one's. A batch
-    that does not say is sorted by clock: a point written (its wall time, the trainer's clock) before this attempt
-    started is an earlier attempt's; a point without a wall time counts as this attempt's. The clock alone misjudged a
-    quick resume: the run starts (is claimed) before its model loads, and a tiny CPU run resumed from the run page was
-    claimed within a second of its previous attempt's last step, whose loss then set the new attempt's reference."""
-    if attempt is not None:
-        return points if attempt == run.attempt else []
+    first (worker/shipper.py), and the earlier attempts' points must not raise this attempt's alerts: a point written
+    (its wall time, the trainer's clock) before this attempt started is an earlier attempt's. A point without a wall
+    time counts as this attempt's."""
     started = run.started_at
     if started is None:
         return points
@@ -239,7 +234,7 @@ RULES: list[Rule] = [  # in the order their alerts are raised: the first stoppin
 STALLED = next(rule for rule in RULES if rule.kinds == ("stalled",))
 
 
-def check(session: Session, run_id: int, points: list[PointIn], attempt: int | None = None) -> list[RunAlert]:
+def check(session: Session, run_id: int, points: list[PointIn]) -> list[RunAlert]:
     """Alerts the batch raises (stored in the session, not committed); stops the run where the rule says so. Also
     records what the run ran on (its device) from the trainer's `on_gpu` point, its latest loss, and when a step
     last arrived (the stall rule's clock)."""
@@ -256,7 +251,7 @@ def check(session: Session, run_id: int, points: list[PointIn], attempt: int | N
     device = next((p.value for p in points if p.name == "on_gpu"), None)
     if device is not None and run.device is None:  # the trainer's "on_gpu" (1: CUDA, 0: CPU ranks)
         run.device = "cuda" if device else "cpu"
-    batch = Batch(session, run, this_attempts(run, points, attempt), rules)
+    batch = Batch(session, run, this_attempts(run, points), rules)
     have = set(session.scalars(select(RunAlert.kind).where(RunAlert.run_id == run_id,
                                                            RunAlert.attempt == run.attempt)))
     found: list[tuple[str, int, str, bool]] = []

@@ -32,11 +32,10 @@ def ingest(run_id: RowId, body: PointsIn, session: SessionDep, by: Ingester) -> 
     """Store a batch of points; idempotent on (run, rank, step, name), so the worker may resend. A worker writes
     only the runs it claimed; nobody writes a run that ended over a minute ago (409)."""
     run = require_writable_run(session, run_id, by)
-    live = body.attempt is None or body.attempt == run.attempt  # else an earlier attempt's file, sent again
-    if live and body.first_step is not None and by.role == Role.WORKER and run.attempt_first_step != body.first_step:
+    if body.first_step is not None and by.role == Role.WORKER and run.attempt_first_step != body.first_step:
         run.attempt_first_step = body.first_step  # committed with the points
     if body.points:
-        alerts.check(session, run_id, body.points, attempt=body.attempt)  # committed with the points
+        alerts.check(session, run_id, body.points)  # committed with the points
     accepted = service.ingest(session, run_id, body.points, attempt=run.attempt)
     POINTS_INGESTED.inc(accepted)
     return Accepted(accepted=accepted)

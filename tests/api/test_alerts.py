@@ -203,36 +203,3 @@ def test_a_running_run_with_no_step_for_stall_after_s_raises_stalled(client, tok
     assert run["alerts"][0]["kind"] == "stalled"
     assert run["alerts"][0]["message"].startswith("no step for "), run["alerts"]
     assert "(run.stall_after_s = 60)" in run["alerts"][0]["message"]
-
-
-def test_an_earlier_attempts_file_sent_again_sets_no_reference_however_close_its_clock(client, tokens, tmp_path):
-    """The e2e divergence run, as it failed once: the run page resumed attempt 2 within a second of attempt 1's last
-    step (a tiny CPU run), so attempt 1's lines, sent again first by the new shipper, passed the wall-clock test and
-    its step-2 loss (1607) became attempt 2's reference: the API stopped attempt 2 at step 6 (4826 > 3 x 1607) where
-    the trainer, measuring attempt 2 alone (lowest 2135), rightly trained on. The shipper now says which attempt's file
-    a batch comes from."""
-    import time
-
-    from backend.runs import transitions
-    from backend.runs.states import RunState
-
-    admin = as_role(client, tokens, "admin")
-    run_id = running_run(client, admin, tmp_path, learning_rate=10.0, divergence_factor=3)
-    ingest(client, admin, run_id, {"points": [{"step": s, "name": "loss", "value": v} for s, v in
-                                              {1: 6.2357, 2: 1606.86, 3: 3001.75}.items()], "attempt": 1})
-    assert alerts_of(client, admin, run_id) == [("loss_diverged", 3, True)]
-    assert transitions.finish(run_id, 1, RunState.CANCELLED, "cancelled by request", last_step=3)
-    assert client.post(f"/api/runs/{run_id}/retry", json={}, headers=admin).status_code == 200
-    assert transitions.claim(run_id, "test-worker") is not None
-    assert transitions.start(run_id, 2, str(tmp_path))
-    moments_ago = time.time() - 0.5  # attempt 1's last steps, written just before attempt 2 was claimed
-    again = [{"step": s, "name": "loss", "value": v, "wall_time": moments_ago} for s, v in
-             {1: 6.2357, 2: 1606.86, 3: 3001.75}.items()]
-    ingest(client, admin, run_id, {"points": again, "first_step": 1, "attempt": 1})
-    ingest(client, admin, run_id, {"points": [{"step": s, "name": "loss", "value": v} for s, v in
-                                              {4: 2134.93, 5: 3835.75, 6: 4826.35}.items()],
-                                   "first_step": 4, "attempt": 2})
-    assert alerts_of(client, admin, run_id) == [("loss_diverged", 3, True)]  # 4826 < 3 x 2135: trains on
-    ingest(client, admin, run_id, {"points": [{"step": 12, "name": "loss", "value": 8572.4}], "first_step": 4,
-                                   "attempt": 2})
-    assert alerts_of(client, admin, run_id) == [("loss_diverged", 3, True), ("loss_diverged", 12, True)]

@@ -234,12 +234,6 @@ def metrics_file(run_dir: Path | str, attempt: int) -> Path:
     return Path(run_dir) / ("metrics.jsonl" if attempt <= 1 else f"metrics.attempt-{attempt}.jsonl")
 
 
-def attempt_of(path: Path | str) -> int | None:
-    """The attempt whose metrics file this is (metrics.jsonl: 1; metrics.attempt-N.jsonl: N), else None."""
-    m = _METRICS.match(Path(path).name)
-    return int(m.group(1) or 1) if m else None
-
-
 def metrics_files(run_dir: Path | str) -> list[Path]:
     """Every attempt's metrics file in the run directory, oldest attempt first."""
     found = []
