@@ -64,7 +64,7 @@ prepare() {
   # this project's wheel (pure Python; installed without its service dependencies: the GPU check needs plan/ and
   # worker/trainer only)
   rm -f "$DIR"/ulysses_lab-*.whl
-  "$py" -m pip wheel -q --no-deps --no-build-isolation -w "$DIR" . >/dev/null
+  "$py" -m pip wheel -q --no-deps -w "$DIR" . >/dev/null  # isolated build: setuptools from the index
   if ls "$DIR" | grep -qiE '^(torch|triton|nvidia_(cublas|cudnn|nccl|cuda))'; then
     echo "error: $DIR holds torch, Triton or CUDA wheels; the GPU machine's own must be used" >&2
     exit 1
