@@ -30,6 +30,7 @@ from .launch import (
     parallelism,
     stop_grace_s,
     torchrun_command,
+    torchrun_env,
     training_arguments,
 )
 from .model import StagePlan
@@ -46,9 +47,9 @@ def launch_command(spec: Spec, node_rank: int = 0) -> str:
     nnodes, per_node = nodes_and_ranks_per_node(spec)
     cmd = torchrun_command("plan.json", "runs/my-run", nproc_per_node=per_node, nnodes=nnodes, node_rank=node_rank,
                            rdzv_endpoint=f"${MAIN_NODE_PLACEHOLDER}:${{{MAIN_NODE_PORT}:-{RDZV_PORT}}}"
-                           if nnodes > 1 else None,
-                           shutdown_timeout=stop_grace_s(spec), python="python")
-    command = " ".join(f'"{a}"' if a.startswith("$") else shlex.quote(a) for a in cmd)
+                           if nnodes > 1 else None, python="python")
+    env = " ".join(f"{k}={v}" for k, v in torchrun_env(stop_grace_s(spec)).items())
+    command = env + " " + " ".join(f'"{a}"' if a.startswith("$") else shlex.quote(a) for a in cmd)
     if nnodes > 1:
         command += f"  # node {node_rank} of {nnodes}"
     return command

@@ -244,6 +244,35 @@ RANK_PREFIX_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
 RANK_PREFIX = "[rank${rank}]: "
 
 
+# How long torchrun lets the ranks save after SIGTERM before it SIGKILLs them. It goes in the environment, not in
+# the argument list: torch 2.13's torchrun takes `--shutdown-timeout` or this variable
+# (torch/distributed/launcher/api.py), but torch 2.11's has no such option and exits 2 at "unrecognized arguments:
+# --shutdown-timeout" (seen on the H100 check, bench/results/logs/gpu-h100-2026-11-27-check-2.log), while an unknown
+# variable is ignored. A torchrun that does not read it gives the ranks its fixed 30 s (MIN_STOP_GRACE_S).
+SHUTDOWN_TIMEOUT_ENV = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
+
+
+def torchrun_env(shutdown_timeout: float) -> dict[str, str]:
+    """The environment torchrun needs besides its argument list: the ranks' save grace (stop_grace_s), whole
+    seconds rounded up."""
+    return {SHUTDOWN_TIMEOUT_ENV: str(int(math.ceil(shutdown_timeout)))}
+
+
+def torchrun_reads_shutdown_timeout() -> bool | None:
+    """Whether this machine's torch reads SHUTDOWN_TIMEOUT_ENV (None: torch is not installed here). Read from the
+    launcher's source without importing torch, which the process that starts torchrun never needs."""
+    import importlib.util
+
+    found = importlib.util.find_spec("torch")
+    if found is None or not found.submodule_search_locations:
+        return None
+    source = Path(list(found.submodule_search_locations)[0]) / "distributed" / "launcher" / "api.py"
+    try:
+        return SHUTDOWN_TIMEOUT_ENV in source.read_text(errors="replace")
+    except OSError:
+        return None
+
+
 def torchrun_command(
     plan_path: str | Path,
     run_dir: str | Path,
@@ -254,7 +283,6 @@ def torchrun_command(
     node_rank: int = 0,
     rdzv_endpoint: str | None = None,
     rdzv_id: str | None = None,
-    shutdown_timeout: float | None = None,
     python: str = sys.executable,
     rank_logs: str | Path | None = None,
 ) -> list[str]:
@@ -263,8 +291,8 @@ def torchrun_command(
     One node: `--standalone` (a private c10d store on a free local port, so concurrent runs never collide).
     Several nodes: c10d rendezvous at `rdzv_endpoint` (host:port) under `rdzv_id`; every node runs the same
     list with its own `node_rank`. c10d assigns the global ranks; node_rank is passed for logs and for
-    the static fallback only. `shutdown_timeout` (stop_grace_s) is how long torchrun lets the ranks save after
-    SIGTERM before it kills them (its default, 30 s, is too short for a large model's checkpoint). `rank_logs`: a
+    the static fallback only. How long torchrun lets the ranks save after SIGTERM is not in this list: it goes in
+    the environment (`torchrun_env`), which every torch reads or ignores. `rank_logs`: a
     directory for each rank's own stdout/stderr files, whose lines torchrun also prints with RANK_PREFIX (when
     RANK_PREFIX_ENV holds it).
     """
@@ -279,8 +307,6 @@ def torchrun_command(
                 "--rdzv-id", str(rdzv_id or "ulab"), "--rdzv-conf", "join_timeout=120"]
     else:
         cmd += ["--standalone", "--nnodes", "1"]
-    if shutdown_timeout is not None:
-        cmd += ["--shutdown-timeout", str(int(math.ceil(shutdown_timeout)))]
     if rank_logs is not None:  # each rank's stdout and stderr in files under it, and on torchrun's with RANK_PREFIX
         cmd += ["--tee", "3", "--log-dir", str(Path(rank_logs))]
     cmd += ["--max-restarts", "0", "-m", "worker.trainer", "--plan", str(Path(plan_path)), "--run-dir",

@@ -118,7 +118,7 @@ def launch(out: Path, depths: list[int]) -> int:
     """One launch (torchrun, or this Python alone for a one-rank plan) that trains `depths` in turn
     (worker/trainer/probe_ranks.py); the launch's exit code. It holds OUT's run lock, as `ulab train` holds its
     run directory's, and a stop is forwarded to it once."""
-    from plan.launch import nodes_and_ranks_per_node, stop_grace_s, torchrun_command
+    from plan.launch import nodes_and_ranks_per_node, torchrun_command
     from worker.trainer.cli import _run_torchrun, hold_run_dir, set_alloc_conf
     from worker.trainer.spec import RunSpec, load_plan
 
@@ -141,7 +141,7 @@ def launch(out: Path, depths: list[int]) -> int:
                              "ULAB_NODE_RANK) on every node")
         cmd = torchrun_command(first, out, nproc_per_node=per_node, nnodes=nnodes,
                                node_rank=int(os.environ.get("ULAB_NODE_RANK", "0")), rdzv_endpoint=endpoint,
-                               rdzv_id=os.environ.get("ULAB_RDZV_ID"), shutdown_timeout=stop_grace_s(spec.spec))
+                               rdzv_id=os.environ.get("ULAB_RDZV_ID"))
         cmd = cmd[:cmd.index("worker.trainer")] + tail  # the ranks run the depth loop instead of `ulab train`
     try:
         with _output_to(out / "launch.log"):

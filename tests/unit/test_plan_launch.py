@@ -7,13 +7,17 @@ import sys
 import pytest
 import yaml
 
+from plan.exports import launch_command
 from plan.launch import (
+    SHUTDOWN_TIMEOUT_ENV,
     accelerate_config_yaml,
     deepspeed_config,
     nodes_and_ranks_per_node,
     parallelism,
     stop_grace_s,
     torchrun_command,
+    torchrun_env,
+    torchrun_reads_shutdown_timeout,
     training_arguments,
 )
 from tests.tiny import tiny_plan
@@ -72,8 +76,47 @@ def test_stop_grace_covers_a_zero3_save_and_reaches_torchrun():
     # 8B params: 12 B/param of optimizer shards + 2 B/param gathered model at 1 GB/s per node, plus 30 s
     assert 130 <= stop_grace_s(big) <= 150
     assert stop_grace_s({**big, "run": {"data": {"path": "d"}, "model_path": "m", "stop_grace_s": 900.0}}) == 900.0
-    cmd = torchrun_command("p.json", "d", nproc_per_node=2, shutdown_timeout=142.0)
-    assert cmd[cmd.index("--shutdown-timeout") + 1] == "142"
+    assert torchrun_env(141.2) == {SHUTDOWN_TIMEOUT_ENV: "142"}  # whole seconds, rounded up
+
+
+def test_the_installed_torchrun_takes_the_grace_from_the_environment(monkeypatch):
+    from torch.distributed.launcher.api import LaunchConfig
+
+    assert torchrun_reads_shutdown_timeout() is True  # torch 2.13 here
+    monkeypatch.setenv(SHUTDOWN_TIMEOUT_ENV, "142")
+    assert LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=1).shutdown_timeout == 142
+
+
+# torch 2.11's torchrun options, copied from its usage message on the H100 check (the machine's torch 2.11.0+cu130;
+# bench/results/logs/gpu-h100-2026-11-27-check-2.log), where `--shutdown-timeout` stopped both Ulysses rows with
+# "unrecognized arguments". pyproject admits torch from 2.6.
+TORCHRUN_2_11_OPTIONS = {
+    "-h", "--nnodes", "--nproc-per-node", "--rdzv-backend", "--rdzv-endpoint", "--rdzv-id", "--rdzv-conf",
+    "--standalone", "--max-restarts", "--monitor-interval", "--start-method", "--event-log-handler", "--role", "-m",
+    "--no-python", "--run-path", "--log-dir", "-r", "-t", "--tee", "--redirects", "--local-ranks-filter",
+    "--duplicate-stdout-filters", "--duplicate-stderr-filters", "--node-rank", "--master-addr", "--master-port",
+    "--local-addr", "--logs-specs", "--numa-binding", "--signals-to-handle", "--virtual-local-rank"}
+
+
+@pytest.mark.parametrize("kw", [
+    {"nproc_per_node": 2, "rank_logs": "logs", "resume": True},
+    {"nproc_per_node": 4, "nnodes": 2, "node_rank": 1, "rdzv_endpoint": "10.0.0.1:29400", "rdzv_id": "r"}])
+def test_torchrun_arguments_exist_in_torch_2_11(kw):
+    cmd = torchrun_command("p.json", "d", **kw)
+    torchrun = cmd[:cmd.index("worker.trainer")]
+    options = {a for a in torchrun if a.startswith("-")}
+    assert options <= TORCHRUN_2_11_OPTIONS, options - TORCHRUN_2_11_OPTIONS
+
+
+def test_the_exported_line_sets_the_grace_in_its_environment():
+    from plan.validation import validate
+
+    big = {"model": {"preset": "meta-llama/Llama-3.1-8B"}, "hardware": {"gpu": "H100-80GB", "gpus_per_node": 8},
+           "parallel": {"sp_size": 8}, "training": {"seq_len": 65536}}
+    line = launch_command(validate(big).spec)
+    grace = torchrun_env(stop_grace_s(big))[SHUTDOWN_TIMEOUT_ENV]
+    assert line.startswith(f"{SHUTDOWN_TIMEOUT_ENV}={grace} python -m torch.distributed.run ")
+    assert "--shutdown-timeout" not in line
 
 
 def test_deepspeed_config_without_offload_or_stage3():

@@ -37,12 +37,15 @@ from plan.launch import (
     MIN_STOP_GRACE_S,
     RANK_PREFIX,
     RANK_PREFIX_ENV,
+    SHUTDOWN_TIMEOUT_ENV,
     TORCHRUN_EXIT_S,
     launcher_stop_wait_s,
     nodes_and_ranks_per_node,
     stop_grace_or_floor,
     stop_grace_s,
     torchrun_command,
+    torchrun_env,
+    torchrun_reads_shutdown_timeout,
 )
 
 from . import attempt as attempts
@@ -232,7 +235,7 @@ def _launch_ranks(spec: RunSpec, plan_path: Path, run_dir: Path, resume: bool, l
         return EXIT_BAD_INPUT
     cmd = torchrun_command(plan_path, run_dir, resume=resume, nproc_per_node=per_node, nnodes=nnodes,
                            node_rank=int(os.environ.get("ULAB_NODE_RANK", "0")), rdzv_endpoint=endpoint,
-                           rdzv_id=os.environ.get("ULAB_RDZV_ID"), shutdown_timeout=stop_grace_s(spec.spec),
+                           rdzv_id=os.environ.get("ULAB_RDZV_ID"),
                            rank_logs=run_dir / "logs" / f"attempt-{lock.attempt}")
     err_file = run_dir / "error.txt"
     err_file.unlink(missing_ok=True)
@@ -256,7 +259,11 @@ def _run_torchrun(cmd: list[str], spec: RunSpec, lock: attempts.RunLock) -> int:
     signals it: a stop is forwarded exactly once (a second SIGTERM makes torchrun quit before its ranks have
     saved). It shares this process's lock and gets SIGTERM if this process dies. Whatever of the attempt is
     left when torchrun exits, or when it overruns the stop deadline, is SIGKILLed here."""
-    env = {**os.environ, RANK_PREFIX_ENV: os.environ.get(RANK_PREFIX_ENV, RANK_PREFIX)}
+    grace = stop_grace_s(spec.spec)
+    if grace > MIN_STOP_GRACE_S and torchrun_reads_shutdown_timeout() is False:
+        _say(f"warning: this torch's torchrun does not read {SHUTDOWN_TIMEOUT_ENV}: after a stop the ranks get its "
+             f"fixed {MIN_STOP_GRACE_S:.0f} s to save, not run.stop_grace_s={grace:.0f} s")
+    env = {**os.environ, RANK_PREFIX_ENV: os.environ.get(RANK_PREFIX_ENV, RANK_PREFIX), **torchrun_env(grace)}
     proc = subprocess.Popen(cmd, start_new_session=True, pass_fds=(lock.inheritable_fd(),),
                             preexec_fn=attempts.die_with_parent, env=env)
     deadline: list[float] = []
