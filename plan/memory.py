@@ -229,15 +229,16 @@ def loss_terms(spec, t: int) -> dict:
     largest single block among them (for the allocator)."""
     m, B = spec.model, spec.dtype_bytes
     h, V = m.hidden_size, m.vocab_size
-    if spec.liger_kernel:
-        # Liger's fused linear cross-entropy (plan.liger.flce_bytes) replaces the CausalLM forward's lm_head + loss,
-        # so the logits are chunked whether or not tiled_logits_loss is set. The final LigerRMSNorm saves its input
-        # and rstd; its output is the FLCE input, alive (not saved) while the loss runs.
+    if spec.liger_fused_loss:
+        # Liger's fused linear cross-entropy (plan.liger.flce_bytes) replaces the CausalLM forward's lm_head + loss
+        # (not with the tiled logits loss, not under ZeRO-3: training_fields.liger_fused_loss). The final
+        # LigerRMSNorm saves its input and rstd; its output is the FLCE input, alive (not saved) while the loss runs.
         fl = liger.flce_bytes(t, V, h, B)
         final_norm = (liger.norm_saved(h, B, False) + B * h) * t
         return {"bytes": fl["total"] + final_norm,
                 "blocks": [fl["logits_chunk"], fl["grad_input"], fl["grad_weight"], fl["loss_1d"]]}
-    final_norm = (norm_saved(h, B) + B * h) * t              # final RMSNorm + its output, the lm_head input
+    # the final RMSNorm (Liger's with liger_kernel) + its output, the lm_head input
+    final_norm = ((liger.norm_saved(h, B, False) if spec.liger_kernel else norm_saved(h, B)) + B * h) * t
     per_token = loss_bytes_per_token(V, B, spec.upcast_logits)
     U = 4 if spec.upcast_logits else B                       # bytes of the loss's [t, V] tensors
     if spec.tiled_logits_loss:

@@ -152,7 +152,7 @@ def trace_peak_bytes(spec, cfg=None) -> dict:
         pos = torch.arange(s).unsqueeze(0).expand(b, s)
         tracker = MemTracker()
         tracker.track_external(model, ids, labels, pos)
-        liger = liger_standins(model) if spec.liger_kernel else contextlib.nullcontext()
+        liger = liger_standins(model, spec.liger_fused_loss) if spec.liger_kernel else contextlib.nullcontext()
         with _emulated_ulysses(spec.sp), liger, tracker:
             if spec.upcast_logits:  # Transformers' ForCausalLMLoss (fp32 logits)
                 loss = model(input_ids=ids, labels=labels, position_ids=pos).loss

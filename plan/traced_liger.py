@@ -89,9 +89,10 @@ def _functions():
 
 
 @contextlib.contextmanager
-def liger_standins(model):
-    """Patch a built HF causal LM as Transformers' use_liger_kernel does (every RMSNorm, the SwiGLU MLPs, the
-    CausalLM forward's lm_head + loss), with the stand-ins above."""
+def liger_standins(model, fused_loss: bool = True):
+    """Patch a built HF causal LM as Transformers' use_liger_kernel does (every RMSNorm, the SwiGLU MLPs, and with
+    `fused_loss` the CausalLM forward's lm_head + loss: training_fields.liger_fused_loss), with the stand-ins
+    above."""
     import torch
 
     rms, silu_mul, flce = _functions()
@@ -117,7 +118,8 @@ def liger_standins(model):
         loss = flce.apply(hidden.view(-1, h), self.lm_head.weight, shift.view(-1))
         return types.SimpleNamespace(loss=loss)
 
-    patch(model, "forward", types.MethodType(lce_forward, model))
+    if fused_loss:
+        patch(model, "forward", types.MethodType(lce_forward, model))
     try:
         yield model
     finally:

@@ -1,6 +1,7 @@
 """The training section's fields as explicit, typed properties, for the views of a plan that read them by name
 (`Spec` in plan/validation.py, the trainer's `RunSpec`): `spec.zero_stage` is `plan.training.zero_stage`. A training
-field added to plan/model.py gets its line here; tests/unit/test_training_fields.py checks that none is missing."""
+field added to plan/model.py gets its line here; tests/unit/test_training_fields.py checks that none is missing. A
+rule both the planner and the trainer read from several fields is a property here too, listed in DERIVED."""
 from __future__ import annotations
 
 from typing import Literal
@@ -10,6 +11,8 @@ from .model import AttnImplementation, Dtype, Training
 
 class TrainingFields:
     """Read-only access to `training_section`'s fields."""
+
+    DERIVED = ("liger_fused_loss",)  # properties that are rules over several fields, not fields
 
     @property
     def training_section(self) -> Training:
@@ -74,6 +77,18 @@ class TrainingFields:
     @property
     def liger_kernel(self) -> bool:
         return self.training_section.liger_kernel
+
+    @property
+    def liger_fused_loss(self) -> bool:
+        """Whether Liger's fused linear cross-entropy computes the loss (no [tokens, vocab] logits tensor): with
+        liger_kernel, unless the tiled logits loss owns the lm_head. The trainer (worker/trainer/sp_trainer.py) and
+        the planner (plan/memory.py loss_terms) both read this one rule. On the H100 check (2026-11-27) ALST + Liger
+        (tiled logits loss on) measured 3.47 GiB where the planner, counting the fused loss, said 0.32.
+        Under ZeRO-3 too: Liger's lce_forward reads lm_head.weight outside the head's forward, and DeepSpeed gathers
+        it there (runtime/engine.py _forward_prologue marks every module in forward; zero/parameter_offload.py
+        ZeROOrderedDict.__getitem__ all-gathers a partitioned parameter read then and registers it as an external
+        parameter); ms-swift's ZeRO-3 + Liger runs measured 42 GB against 54-56 GB without (corpus M3-mem-b, M4-mem)."""
+        return self.liger_kernel and not self.tiled_logits_loss
 
     @property
     def seq_parallel_communication_data_type(self) -> Literal["fp32", "bf16"]:

@@ -17,7 +17,20 @@ def test_every_training_field_has_its_property():
     assert missing == [], f"add these to plan/training_fields.py: {missing}"
     extra = [name for name, v in vars(TrainingFields).items() if isinstance(v, property)
              and name != "training_section" and name not in Training.model_fields]
-    assert extra == []
+    assert extra == list(TrainingFields.DERIVED)
+
+
+@pytest.mark.parametrize(("training", "fused"), [
+    ({"liger_kernel": False}, False),
+    ({"liger_kernel": True, "zero_stage": 2}, True),
+    ({"liger_kernel": True, "zero_stage": 3}, True),  # DeepSpeed gathers the lm_head weight Liger reads
+    ({"liger_kernel": True, "zero_stage": 3, "tiled_logits_loss": True}, False),  # the tiled loss owns the head
+])
+def test_both_views_answer_when_liger_computes_the_loss(training, fused):
+    data = {**tiny_plan(), "run": {"steps": 3, "data": {"path": "examples/data.txt"}}}
+    data["training"] |= training
+    assert validate(data).spec.liger_fused_loss is fused
+    assert RunSpec.from_plan(data).liger_fused_loss is fused
 
 
 @pytest.mark.parametrize("view", [Spec, RunSpec])

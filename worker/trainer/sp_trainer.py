@@ -63,14 +63,16 @@ class UlyssesTrainer(Trainer):
     loss_is_scaled_for_ga = True
 
     def __init__(self, *args, sp_size: int = 1, zero_stage: int = 0, tiled_logits: bool = False,
-                 checkpoint_offload: bool = False, first_step: int = 0, upcast_logits: bool = True, **kwargs):
+                 checkpoint_offload: bool = False, first_step: int = 0, upcast_logits: bool = True,
+                 liger_loss: bool = False, **kwargs):
         super().__init__(*args, **kwargs)  # applies Liger's kernels to the model when args.use_liger_kernel
         self.tiled_logits = tiled_logits
         self.upcast_logits = upcast_logits  # training.upcast_logits (model.token_loss_sum)
         # Liger's fused linear cross-entropy (no logits tensor): the model computes the loss from shift_labels.
-        # Not under ZeRO-3, where it would read the partitioned lm_head weight outside the head's forward (Liger's
-        # lce_forward handles FSDP only); the tiled logits loss, when on, owns the head in any case.
-        self.liger_loss = bool(self.args.use_liger_kernel) and not tiled_logits and zero_stage < 3
+        # `liger_loss` is the plan's training_fields.liger_fused_loss (not with the tiled logits loss, which owns the
+        # head; under ZeRO-3 DeepSpeed gathers the lm_head weight Liger reads, as that property says), the rule the
+        # planner counts the loss's memory by; it needs Liger applied (use_liger_kernel).
+        self.liger_loss = liger_loss and bool(self.args.use_liger_kernel)
         self.zero_stage = zero_stage
         self.offload = checkpoint_offloader(checkpoint_offload)  # one context for every micro batch
         if checkpoint_offload:  # the mark sits on each layer's forward: after ZeRO-3's pre-hooks (offload.py)
@@ -135,6 +137,15 @@ class UlyssesTrainer(Trainer):
         if torch.distributed.is_initialized():
             torch.distributed.all_reduce(t)
         return int(t.item())
+
+    @property
+    def loss_kind(self) -> str:
+        """Which loss this Trainer computes, in words (train.py prints it once)."""
+        if self.tiled_logits:
+            return "tiled logits loss (the lm_head and the loss shard by shard; no whole logits tensor)"
+        if self.liger_loss:
+            return "Liger fused linear cross-entropy (no logits tensor)"
+        return f"cross-entropy on {'fp32' if self.upcast_logits else 'the model dtype'} logits"
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         with self.phases.phase("forward_s"):

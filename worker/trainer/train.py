@@ -171,9 +171,12 @@ def run_stage(spec, run_dir: Path, stage_index: int, *, resume_from: Path | None
     trainer = UlyssesTrainer(model=model, args=args, train_dataset=dataset, data_collator=default_data_collator,
                              sp_size=spec.sp_size, zero_stage=spec.zero_stage,
                              tiled_logits=spec.tiled_logits_loss, checkpoint_offload=spec.checkpoint_offload,
-                             first_step=steps_done if resume_from else 0, upcast_logits=spec.upcast_logits)
+                             first_step=steps_done if resume_from else 0, upcast_logits=spec.upcast_logits,
+                             liger_loss=spec.liger_fused_loss)
     if spec.tiled_mlp:  # after the Trainer applied Liger (if asked): TiledMLP tiles the MLP forward the model has now
         enable_tiled_mlp(model)
+    if rank == 0 and stage_index == 0:  # which loss runs (`make gpu-check` reads it; the planner counts the same)
+        print(f"loss: {trainer.loss_kind}", flush=True)
     cb = StepMetricsCallback(trainer, writer=writer, step_offset=step_offset, stage_index=stage_index,
                              seq_len=stage.seq_len, model_config=model.config, peak_tflops=peak_tflops(spec.spec),
                              checkpoint_every=spec.checkpoint_every,
