@@ -16,6 +16,9 @@ FIELDS = ["part", "name", "status", "model", "seq_len", "features", "kernel", "p
           "predicted_reserved_gib", "measured_reserved_gib", "reserved_error_pct",
           "predicted_device_gib", "nvidia_smi_gib", "device_error_pct", "nvidia_smi_idle_gib",
           "predicted_step_time_s", "step_time_s", "predicted_tokens_per_s", "tokens_per_s", "predicted_mfu", "mfu",
+          # the measured step's parts (the trainer's phases, slowest rank; medians like step_time_s) and the
+          # trainer's own per-step bookkeeping: where a step's time goes when it is far from the prediction
+          "forward_s", "backward_s", "optimizer_s", "metrics_overhead_s",
           "extrapolated_allocated_gib", "extrapolated_step_time_s", "extrapolation_allocated_error_pct",
           "extrapolation_step_time_error_pct", "wall_s", "note", "plan"]
 
@@ -25,8 +28,12 @@ def append_row(path: Path, row: dict) -> None:
     """One CSV row, written and flushed to disk now (a later kill loses nothing written so far)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     new = not path.exists() or path.stat().st_size == 0
+    fields = FIELDS
+    if not new:  # a file an older check began: its own columns, so every row stays under its header
+        with path.open(newline="") as f:
+            fields = next(csv.reader(f), FIELDS)
     with path.open("a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
+        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         if new:
             w.writeheader()
         w.writerow({k: ("" if v is None else v) for k, v in row.items()})

@@ -57,6 +57,10 @@ def rows_for(ck: Check) -> list[Row]:
                        {"attn_implementation": "flash_attention_2", "zero_stage": 3}, steps))
     if ck.liger:
         out += [Row("suite", "suite-liger", name, model, seq, "liger", {"liger_kernel": True}, steps),
+                # Liger's fused loss under ZeRO-3: DeepSpeed gathers the lm_head weight it reads (plan/
+                # training_fields.py liger_fused_loss); not yet run on a GPU
+                Row("suite", "suite-liger-zero3", name, model, seq, "liger zero3", {"liger_kernel": True,
+                                                                                    "zero_stage": 3}, steps),
                 Row("suite", "suite-liger-alst", name, model, seq, "alst+liger", {**ALST, "liger_kernel": True}, steps)]
     out.append(Row("suite", "suite-resume", name, model, seq, "zero3 resume", {"zero_stage": 3}, 5 if cuda else 3,
                    run={"checkpoint_every": 3 if cuda else 2}))

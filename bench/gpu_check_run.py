@@ -6,7 +6,6 @@ import argparse
 import datetime
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -17,6 +16,8 @@ from pathlib import Path
 from bench.gpu_check_report import SmiPeak, append_row, catalog_gpu, error_pct, format_row, has, rnd, smi_used_gib
 from bench.gpu_check_rows import Row
 from bench.gpu_models import CPU_GPU, write_long_documents
+from worker.trainer.offload_summary import LINE
+from worker.trainer.offload_summary import read_lines as read_offload_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -95,6 +96,9 @@ class Check:
         finally:
             smi.done.set()
             smi.join()
+        if code != 0:  # the cause, in the check's log: the run directory is deleted once its metrics are read
+            tail = "\n".join(f"  | {line}" for line in out.strip().splitlines()[-40:])
+            print(f"{name}: exit {code}; the last lines of its output:\n{tail}", flush=True)
         path = run_dir / ("metrics.jsonl" if attempt == 1 else f"metrics.attempt-{attempt}.jsonl")
         rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
         peak = None if smi.peak_gib is None or self.smi_idle is None else smi.peak_gib - self.smi_idle
@@ -133,6 +137,9 @@ class Check:
             out["step_time_s"] = rnd(sorted(x["step_time_s"] for x in later)[len(later) // 2])
             out["tokens_per_s"] = rnd(sorted(x["tokens_per_s"] or 0 for x in later)[len(later) // 2])
             out["mfu"] = rnd(rows[-1].get("mfu"))
+            for k in ("forward_s", "backward_s", "optimizer_s", "metrics_overhead_s"):
+                values = sorted(x[k] for x in later if x.get(k) is not None)
+                out[k] = rnd(values[len(values) // 2]) if values else None
         out["nvidia_smi_gib"] = None if r.gpus > 1 else rnd(smi)  # ranks sharing one GPU: not one rank's figure
         for a, p, m in (("allocated", "predicted_allocated_gib", "measured_allocated_gib"),
                         ("reserved", "predicted_reserved_gib", "measured_reserved_gib"),
@@ -152,13 +159,23 @@ class Check:
         problems = [] if code in (3, 124) and r.part == "sweep" else self.expect(
             r.name, code, rows, out, list(range(1, r.steps + 1)))
         note = ""
-        if r.features == "alst" and code == 0:
-            offloaded = re.search(r"checkpoint offload, last micro batch: (\d+) hidden states offloaded", out)
-            note = offloaded.group(0) if offloaded else "no checkpoint-offload line"
-            if self.cuda and not (offloaded and int(offloaded.group(1)) > 0):
-                problems.append(f"{r.name}: activation-checkpoint offload moved nothing to the host")
-            if "optimizer: DeepSpeedCPUAdam" not in out:
+        if r.training.get("checkpoint_offload") and code == 0:  # alst and alst+liger rows, suite and sweep
+            lines = read_offload_lines(out)
+            note = LINE.search(out).group(0) if lines else "no checkpoint-offload line"
+            if not lines:  # the trainer's line (worker/trainer/offload_summary.py), on CPU ranks too
+                problems.append(f"{r.name}: the trainer printed no checkpoint-offload line")
+            elif self.cuda and not lines[-1]["offloaded"] > 0:  # CPU ranks keep them in place
+                problems.append(f"{r.name}: activation-checkpoint offload moved nothing to the host ({note})")
+            if r.training.get("offload_optimizer") and "optimizer: DeepSpeedCPUAdam" not in out:
                 problems.append(f"{r.name}: the offloaded optimizer is not DeepSpeedCPUAdam")
+        if r.training.get("liger_kernel") and code == 0:  # the loss the planner counted is the loss that ran
+            from plan import validate
+
+            fused = validate(plan).spec.liger_fused_loss
+            said = next((x for x in out.splitlines() if x.startswith("loss: ")), "no loss line")
+            if fused != said.startswith("loss: Liger fused linear cross-entropy"):
+                problems.append(f"{r.name}: the plan says Liger's fused loss {'runs' if fused else 'does not run'}; "
+                                f"the trainer said {said!r}")
         if r.part == "ulysses" and code == 0:
             agree = self.compare_ulysses(r, rows)
             problems += agree[1:]

@@ -4,7 +4,6 @@ the feature drops and the checkpoint offload run in one process (no torchrun).""
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 
 from bench.trainer_memory import TOLERANCE, feature_drops, measured, planned
 from tests.tiny import TINY_LLAMA
+from worker.trainer.offload_summary import read_lines as read_offload_lines
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,13 +44,18 @@ def test_the_trainer_marks_every_checkpointed_layer_under_zero3_and_zero2(runs):
     """The trainer's own wiring, in real runs: ZeRO-3 (the ALST run) and ZeRO-2 (the two-stage run, a new model per
     stage) log every layer's input marked and taken; on CPU ranks DeepSpeed keeps them in place."""
     for run_dir in (runs.alst(), runs.stages()):
-        lines = re.findall(r"checkpoint offload, last micro batch: (\d+) checkpointed layer inputs marked, (\d+) "
-                           r"taken by their checkpoints \((\d+) offloaded.*?(\d+) kept in place\)",
-                           (run_dir / "console.txt").read_text())
+        lines = read_offload_lines((run_dir / "console.txt").read_text())
         assert lines, (run_dir / "console.txt").read_text()[-2000:]
-        for marked, taken, offloaded, in_place in lines:
-            assert int(marked) == int(taken) == int(in_place) == LAYERS, lines
-            assert offloaded == "0", lines
+        for x in lines:
+            assert x["marked"] == x["taken"] == x["in_place"] == LAYERS, lines
+            assert x["offloaded"] == 0, lines
+
+
+def test_the_trainer_names_the_loss_it_runs(runs):
+    """Rank 0 says once which loss it computes (`make gpu-check` holds it to the plan's liger_fused_loss): the ALST
+    run's tiled logits loss, the two-stage run's cross-entropy on fp32 logits."""
+    assert "loss: tiled logits loss" in (runs.alst() / "console.txt").read_text()
+    assert "loss: cross-entropy on fp32 logits" in (runs.stages() / "console.txt").read_text()
 
 
 @pytest.fixture(scope="module")

@@ -51,6 +51,17 @@ def test_rows_are_appended_one_by_one_under_one_header(tmp_path):
     assert [r["status"] for r in csv.DictReader(out.open())] == ["ok", "oom"]
 
 
+def test_a_row_appended_to_an_older_checks_file_stays_under_that_files_header(tmp_path):
+    g = _gpu_check()
+    out = tmp_path / "gpu-old.csv"
+    old = [f for f in g.FIELDS if f not in ("forward_s", "backward_s", "optimizer_s", "metrics_overhead_s")]
+    out.write_text(",".join(old) + "\n")
+    g.append_row(out, {"name": "a", "status": "ok", "forward_s": 0.5, "note": "n", "plan": "{}"})
+    (row,) = csv.DictReader(out.open())
+    assert (row["name"], row["note"], row["plan"]) == ("a", "n", "{}")
+    assert None not in row  # no value beyond the header's columns
+
+
 def test_parts_filters_and_the_order_rows_run_in(tmp_path):
     g = _gpu_check()
     with pytest.raises(SystemExit):

@@ -107,7 +107,7 @@ class StepMetricsCallback(TrainerCallback):
         self.memory.abort()
         summary = getattr(getattr(self.trainer, "offload", None), "summary", None)  # offload.LayerInputOffload
         if self.rank == 0 and summary is not None:  # on CPU ranks DeepSpeed keeps them in place
-            print(f"checkpoint offload, last micro batch: {summary()}", flush=True)
+            print(summary(), flush=True)  # offload_summary.LINE reads it back
 
     def on_substep_end(self, args, state, control, **kw):  # between micro-batches of one optimizer step
         self.memory.next_micro_batch()

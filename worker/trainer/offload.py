@@ -21,6 +21,8 @@ import torch
 from deepspeed.runtime.activation_checkpointing.offload_activations import CheckpointHiddenStatesOffload
 from torch.autograd.graph import saved_tensors_hooks
 
+from .offload_summary import format_line
+
 
 class LayerInputOffload(CheckpointHiddenStatesOffload):
     """DeepSpeed's offload engine and pack/unpack hooks, with the marks set by `mark_checkpointed_inputs` (DeepSpeed's
@@ -59,10 +61,10 @@ class LayerInputOffload(CheckpointHiddenStatesOffload):
         return super()._pack_tensor(tensor)
 
     def summary(self) -> str:
+        """The end-of-run line (offload_summary.py), for the last micro batch."""
         s = self.stats
-        return (f"{self.marked} checkpointed layer inputs marked, {self.consumed} taken by their checkpoints "
-                f"({s.offloaded_tensors} offloaded, {s.offloaded_bytes / 1024**3:.3f} GiB to host; "
-                f"{s.kept_last_tensors} newest kept on the device; {s.skipped_marked_tensors} kept in place)")
+        return format_line(self.marked, self.consumed, s.offloaded_tensors, s.offloaded_bytes, s.kept_last_tensors,
+                           s.skipped_marked_tensors)
 
 
 def _marking_forward(offload: LayerInputOffload):
