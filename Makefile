@@ -57,21 +57,32 @@ $(FRONTEND_DEPS): frontend/package-lock.json
 frontend/dist/index.html: $(FRONTEND_SRC) frontend/openapi.json examples/tiny-llama-sp2.json $(FRONTEND_DEPS)
 	cd frontend && npm run build
 
+# apt-get waits up to 5 minutes for dpkg's lock (another apt-get, unattended upgrades) rather than failing at once.
+APT_INSTALL := apt-get -o DPkg::Lock::Timeout=300 install -y -qq
+APT_UPDATE := apt-get -o DPkg::Lock::Timeout=300 update -qq
+
 chromium:
-	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
+	@command -v chromium >/dev/null || ($(APT_UPDATE) && $(APT_INSTALL) chromium >/dev/null)
 
 # Debian's Slurm and munge for tests/integration/test_slurm.py, which starts its own one-node cluster (as root).
 slurm:
 	@(command -v sbatch && command -v slurmctld && command -v slurmd && command -v munged) >/dev/null 2>&1 || \
-	(apt-get update -qq && apt-get install -y -qq slurm-wlm munge >/dev/null)
+	($(APT_UPDATE) && $(APT_INSTALL) slurm-wlm munge >/dev/null)
 
-# What `make test` needs from Debian, one apt-get after the other.
+# What `make test` needs from Debian (the three targets' packages), in one apt-get: `make test` runs this beside
+# pip with -j3, and a sub-make of `chromium slurm ccache` inherited that parallelism, so on a fresh machine two
+# apt-gets raced for dpkg's lock and the second failed ("Could not get lock /var/lib/dpkg/lock-frontend").
 system-packages:
-	@$(MAKE) --no-print-directory chromium slurm ccache
+	@missing=""; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	(command -v sbatch && command -v slurmctld && command -v slurmd && command -v munged) >/dev/null 2>&1 || \
+	  missing="$$missing slurm-wlm munge"; \
+	command -v ccache >/dev/null || missing="$$missing ccache"; \
+	if [ -n "$$missing" ]; then echo "apt-get install$$missing"; $(APT_UPDATE) && $(APT_INSTALL) $$missing >/dev/null; fi
 
 # ccache for DeepSpeed's op builds (above).
 ccache:
-	@command -v ccache >/dev/null || (apt-get update -qq && apt-get install -y -qq ccache >/dev/null)
+	@command -v ccache >/dev/null || ($(APT_UPDATE) && $(APT_INSTALL) ccache >/dev/null)
 
 # DeepSpeed's C++ ops that CPU ranks JIT-build on first use (CPU Adam for offloaded optimizer states; the shared-memory
 # collectives of its CPU backend): built once into $TORCH_EXTENSIONS_DIR (above), the cache the trainer's ranks load from.
