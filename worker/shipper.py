@@ -9,7 +9,8 @@ replaced (another inode, or other first bytes) or truncated (shorter than the of
 start. A torn last line (being written, or left by a killed trainer) waits for its end; a whole line that is not
 a step record is logged, never dropped silently. Each batch says the first step of the file it comes from
 (`first_step`): the API counts a step as stored by the live attempt only from there
-(backend/runs/transitions.missing_steps)."""
+(backend/runs/transitions.missing_steps); and when its first step was written (`file_started`): the API's alerts look
+only at the files the live attempt began (backend/runs/alerts.check)."""
 from __future__ import annotations
 
 import json
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import httpx
 
-from worker.trainer.attempt import current_files, first_step
+from worker.trainer.attempt import current_files, first_record
 
 log = logging.getLogger(__name__)
 MAX_BATCH_LINES = 2000
@@ -97,7 +98,8 @@ class MetricShipper:
                     log.warning("run %s: skipping a metrics line that is not a step record: %.200s", self.run_id, line)
             try:
                 # json.dumps, not httpx's json=: httpx refuses NaN, and a NaN loss must reach the API's alerts
-                body = {"points": points, "first_step": first_step(path)}
+                first = first_record(path) or {}
+                body = {"points": points, "first_step": first.get("step"), "file_started": first.get("time")}
                 r = self.client.post(self.url, content=json.dumps(body),
                                      headers={"Content-Type": "application/json"})
                 r.raise_for_status()

@@ -29,6 +29,9 @@ class PointsIn(BaseModel):
     # the first step of the metrics file these points come from (the worker's shipper says it): the live
     # attempt's points count toward "every step stored" from there (backend/runs/transitions.missing_steps)
     first_step: int | None = Field(None, ge=0, le=2**31 - 1)
+    # the wall time (unix s, the trainer's clock) of that file's first step: a file begun before the live attempt
+    # started is an earlier attempt's, and its points raise no alerts (backend/runs/alerts.check)
+    file_started: float | None = Field(None, ge=0, le=1e11)
 
 
 class Accepted(BaseModel):

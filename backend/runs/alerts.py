@@ -234,10 +234,22 @@ RULES: list[Rule] = [  # in the order their alerts are raised: the first stoppin
 STALLED = next(rule for rule in RULES if rule.kinds == ("stalled",))
 
 
-def check(session: Session, run_id: int, points: list[PointIn]) -> list[RunAlert]:
-    """Alerts the batch raises (stored in the session, not committed); stops the run where the rule says so. Also
-    records what the run ran on (its device) from the trainer's `on_gpu` point, its latest loss, and when a step
-    last arrived (the stall rule's clock)."""
+def earlier_attempts_file(run: Run, file_started: float | None) -> bool:
+    """Whether a batch comes from a metrics file an earlier attempt began: its first step (`file_started`, the
+    trainer's clock, as the shipper reads it) is older than the live attempt's start less the clock slack. A resumed
+    attempt's shipper sends the earlier attempts' files again first; judged point by point, attempt 1's last steps
+    written within that second of attempt 2's start passed as attempt 2's (a resume within a second, seen in the e2e
+    divergence test: attempt 1's 1606.9 became attempt 2's divergence reference and 4826.3 fired at step 6). A file
+    is begun at least a model load after its attempt started, and long before any later attempt starts."""
+    if file_started is None or run.started_at is None:
+        return False
+    return file_started < transitions.as_utc(run.started_at).timestamp() - ATTEMPT_CLOCK_SLACK_S
+
+
+def check(session: Session, run_id: int, points: list[PointIn], file_started: float | None = None) -> list[RunAlert]:
+    """Alerts the batch raises (stored in the session, not committed); stops the run where the rule says so; none
+    from a file an earlier attempt began (`earlier_attempts_file`). Also records what the run ran on (its device)
+    from the trainer's `on_gpu` point, its latest loss, and when a step last arrived (the stall rule's clock)."""
     run = session.get(Run, run_id)
     if run is None or not points:
         return []
@@ -251,6 +263,8 @@ def check(session: Session, run_id: int, points: list[PointIn]) -> list[RunAlert
     device = next((p.value for p in points if p.name == "on_gpu"), None)
     if device is not None and run.device is None:  # the trainer's "on_gpu" (1: CUDA, 0: CPU ranks)
         run.device = "cuda" if device else "cpu"
+    if earlier_attempts_file(run, file_started):
+        return []
     batch = Batch(session, run, this_attempts(run, points), rules)
     have = set(session.scalars(select(RunAlert.kind).where(RunAlert.run_id == run_id,
                                                            RunAlert.attempt == run.attempt)))

@@ -35,7 +35,7 @@ def ingest(run_id: RowId, body: PointsIn, session: SessionDep, by: Ingester) -> 
     if body.first_step is not None and by.role == Role.WORKER and run.attempt_first_step != body.first_step:
         run.attempt_first_step = body.first_step  # committed with the points
     if body.points:
-        alerts.check(session, run_id, body.points)  # committed with the points
+        alerts.check(session, run_id, body.points, body.file_started)  # committed with the points
     accepted = service.ingest(session, run_id, body.points, attempt=run.attempt)
     POINTS_INGESTED.inc(accepted)
     return Accepted(accepted=accepted)

@@ -114,6 +114,41 @@ def test_the_issues_lr_10_run_is_stopped_at_step_3_and_the_rules_re_arm_on_resum
     assert r.json()["detail"][0]["field"] == "learning_rate", r.text
 
 
+def test_a_resume_within_a_second_takes_no_divergence_reference_from_the_attempt_before(client, tokens, tmp_path):
+    """Attempt 2 starts within the clock slack of attempt 1's last step, and its shipper sends attempt 1's file again
+    before its own exists: those last points pass the wall-time filter, but their file was begun long before attempt
+    2 started, so attempt 2 is held to its own losses only (the e2e divergence test's flake: attempt 1's 1606.9
+    became the reference and 4826.3 fired at step 6)."""
+    import time
+
+    from backend.runs import transitions
+    from backend.runs.states import RunState
+
+    admin = as_role(client, tokens, "admin")
+    run_id = running_run(client, admin, tmp_path, divergence_factor=3.0)
+    began = time.time() - 60  # attempt 1's file: its first step a minute ago
+    first = {1: (6.24, began), 2: (1606.9, time.time() - 0.6), 3: (3001.8, time.time() - 0.5)}
+    resent = [{"step": s, "name": "loss", "value": v, "wall_time": t} for s, (v, t) in first.items()]
+    ingest(client, admin, run_id, {"points": resent, "first_step": 1, "file_started": began})
+    assert transitions.finish(run_id, 1, RunState.FAILED, "error: killed", last_step=3)
+    assert client.post(f"/api/runs/{run_id}/retry", headers=admin).status_code == 200
+    assert transitions.claim(run_id, "test-worker") is not None
+    assert transitions.start(run_id, 2, str(tmp_path))
+    ingest(client, admin, run_id, {"points": resent, "first_step": 1, "file_started": began})  # sent again first
+    mine = time.time()
+    ingest(client, admin, run_id, {**loss_points({4: 2134.9, 5: 3835.7, 6: 4826.3}), "first_step": 4,
+                                   "file_started": mine})
+    assert attempt_alerts(client, admin, run_id, 2) == [], "4826.3 < 3 x 2134.9"
+    ingest(client, admin, run_id, {"points": resent, "first_step": 1, "file_started": began})  # again: nothing
+    ingest(client, admin, run_id, {**loss_points({7: 6500.0}), "first_step": 4, "file_started": mine})
+    assert attempt_alerts(client, admin, run_id, 2) == [("loss_diverged", 7)]  # its own divergence fires
+
+
+def attempt_alerts(client, admin, run_id, attempt: int) -> list[tuple]:
+    run = client.get(f"/api/runs/{run_id}", headers=admin).json()
+    return [(a["kind"], a["step"]) for a in run["alerts"] if a["attempt"] == attempt]
+
+
 def test_a_healthy_loss_raises_nothing(client, tokens, tmp_path):
     admin = as_role(client, tokens, "admin")
     run_id = running_run(client, admin, tmp_path)

@@ -49,3 +49,28 @@ def test_files_before_the_newest_start_from_scratch_are_superseded(tmp_path):
     metrics_file(tmp_path, 4).write_text(lines(3, attempt=4))
     assert [p.name for p in current_files(tmp_path)] == ["metrics.attempt-3.jsonl", "metrics.attempt-4.jsonl"]
     assert first_step(metrics_file(tmp_path, 4)) == 3
+
+
+def test_each_batch_says_its_files_first_step_and_when_it_was_written(tmp_path):
+    """The API's alerts leave out a file an earlier attempt began (backend/runs/alerts.earlier_attempts_file): each
+    batch carries its file's first step and that step's wall time."""
+    metrics_file(tmp_path, 1).write_text("".join(json.dumps({"step": s, "loss": 1.0, "time": 1000.0 + s}) + "\n"
+                                                 for s in (1, 2)))
+    metrics_file(tmp_path, 2).write_text("".join(json.dumps({"step": s, "loss": 1.0, "time": 2000.0 + s}) + "\n"
+                                                 for s in (3, 4)))
+    shipper = MetricShipper(tmp_path, "http://127.0.0.1:9", 1, "t")
+    sent = []
+
+    class Stored:
+        def raise_for_status(self):
+            return None
+
+    def post(url, content, headers):
+        sent.append(json.loads(content))
+        return Stored()
+
+    shipper.client.post = post
+    assert shipper.ship()
+    assert [(b["first_step"], b["file_started"], [p["step"] for p in b["points"]]) for b in sent] == [
+        (1, 1001.0, [1, 2]), (3, 2003.0, [3, 4])]
+    shipper.close()

@@ -244,8 +244,8 @@ def metrics_files(run_dir: Path | str) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-def first_step(path: Path) -> int | None:
-    """The step of the file's first step record (evaluation records aside), or None while it has none."""
+def first_record(path: Path) -> dict | None:
+    """The file's first step record (evaluation records aside), or None while it has none."""
     try:
         with path.open("rb") as f:
             for raw in f:
@@ -254,12 +254,19 @@ def first_step(path: Path) -> int | None:
                 try:
                     record = json.loads(raw)
                     if isinstance(record, dict) and "eval" not in record:
-                        return int(record["step"])
+                        int(record["step"])
+                        return record
                 except (ValueError, KeyError, TypeError):
                     continue
     except OSError:
         return None
     return None
+
+
+def first_step(path: Path) -> int | None:
+    """The step of the file's first step record, or None while it has none."""
+    record = first_record(path)
+    return None if record is None else int(record["step"])
 
 
 def current_files(run_dir: Path | str) -> list[Path]:
