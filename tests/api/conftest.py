@@ -28,10 +28,14 @@ def _clear_caches() -> None:
 def app_env(tmp_path_factory) -> Iterator[dict]:
     """ULAB_ settings for the in-process app (set for the tests/api package only, then restored, so the real-service
     tests that follow see their own environment): SQLite under a temp home, an in-memory broker (nothing consumes it),
-    run paths allowed under the temp directory."""
+    run paths allowed under the temp directory, and an empty calibration folder (the default, bench/results, holds
+    the project's measured GPU rows: POST /api/calibration/load in one test file put them in every later one's
+    counts)."""
     home = tmp_path_factory.mktemp("api-home")
+    (home / "results").mkdir()
     env = {"ULAB_HOME": str(home), "ULAB_DATABASE_URL": f"sqlite:///{home / 'ulab.db'}",
-           "ULAB_BROKER_URL": "memory://", "ULAB_ALLOWED_ROOTS": str(home.parent)}
+           "ULAB_BROKER_URL": "memory://", "ULAB_ALLOWED_ROOTS": str(home.parent),
+           "ULAB_CALIBRATION_DIR": str(home / "results")}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     _clear_caches()
