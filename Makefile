@@ -177,8 +177,8 @@ gpu-rehearsal: install
 	time TORCH_PYTHON=$(REHEARSAL)/machine/bin/python GPU_VENV=$(REHEARSAL)/check-venv bash scripts/gpu_wheels.sh install $(REHEARSAL)/wheels; \
 	echo "== --require-cuda without CUDA: must fail"; \
 	if $(REHEARSAL)/check-venv/bin/python bench/gpu_check.py --require-cuda; then echo "FAILED: exit 0"; exit 1; fi; \
-	echo "== part suite"; \
-	$(REHEARSAL)/check-venv/bin/python bench/gpu_check.py --cpu --parts suite --out $(REHEARSAL)/out --t0 $$t0 --budget-s 3600 --min-row-s 20 --run-timeout-s 480; \
+	echo "== parts suite, overhead"; \
+	$(REHEARSAL)/check-venv/bin/python bench/gpu_check.py --cpu --parts suite,overhead --out $(REHEARSAL)/out --t0 $$t0 --budget-s 3600 --min-row-s 20 --run-timeout-s 480; \
 	echo "== rows so far:"; wc -l < $(REHEARSAL)/out/cpu-rehearsal-*.csv; \
 	echo "== parts ulysses,sweep (the 2048-token rows are predicted not to fit: they run last)"; \
 	$(REHEARSAL)/check-venv/bin/python bench/gpu_check.py --cpu --parts ulysses,sweep --out $(REHEARSAL)/out --t0 $$t0 --budget-s 3600 --min-row-s 20 --run-timeout-s 480; \

@@ -83,13 +83,18 @@ def main() -> None:
     dl = accelerator.deepspeed_ulysses_dl_adapter(accelerator.prepare(dl), model)
     dp = world // spec.sp_size
     model.train()
+    # NCCL reduces device tensors only (gloo, on CPU ranks or ranks sharing a GPU, takes either)
+    on = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
     losses, norms, step_times, reduce_s = [], [], [], 0.0
     batches = iter(dl)
     t_train = time.perf_counter()
     for _ in range(stage.steps):
         t0 = time.perf_counter()
-        micro = [next(batches) for _ in range(spec.grad_accum)]
-        n = torch.tensor([sum(int((b["shift_labels"] != -100).sum()) for b in micro)], dtype=torch.int64)
+        # the Ulysses adapter shifts and shards the labels; with sp_size 1 there is none, and the batch has `labels`
+        # (sp_trainer.py shifts them the same way)
+        micro = [b if "shift_labels" in b else {**b, "shift_labels": torch.nn.functional.pad(
+            b["labels"][..., 1:], (0, 1), value=-100)} for b in (next(batches) for _ in range(spec.grad_accum))]
+        n = torch.tensor([sum(int((b["shift_labels"] != -100).sum()) for b in micro)], dtype=torch.int64, device=on)
         t_r = time.perf_counter()
         torch.distributed.all_reduce(n)  # N of the step over the world: the loss's denominator (sp_trainer.py)
         reduce_s += time.perf_counter() - t_r
@@ -97,7 +102,8 @@ def main() -> None:
         part = torch.zeros((), dtype=torch.float64)
         for b in micro:
             logits = model(input_ids=b["input_ids"], position_ids=b["position_ids"], use_cache=False).logits.float()
-            loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), b["shift_labels"].view(-1),
+            labels = b["shift_labels"].to(logits.device)
+            loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1),
                                                      ignore_index=-100, reduction="sum") * scale
             accelerator.backward(loss)
             part += loss.detach().double().cpu() / dp
@@ -106,13 +112,15 @@ def main() -> None:
         optimizer.zero_grad()
         losses.append(part)
         norms.append(float(model.get_global_grad_norm() or 0.0))
+        if device == "cuda":
+            torch.cuda.synchronize()  # the step's kernels, as the trainer's step clock waits for them
         step_times.append(time.perf_counter() - t0)
     train_s = time.perf_counter() - t_train
-    total = torch.stack(losses)
+    total = torch.stack(losses).to(on)
     torch.distributed.all_reduce(total)  # the whole step's loss: the ranks' shares add up (once, after the loop)
     if rank == 0:
         (a.run_dir / "bare.json").write_text(json.dumps({
-            "losses": total.tolist(), "grad_norms": norms, "step_times": step_times, "train_s": train_s,
+            "losses": total.cpu().tolist(), "grad_norms": norms, "step_times": step_times, "train_s": train_s,
             "token_all_reduce_s": reduce_s}))
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()

@@ -9,6 +9,8 @@ Parts (`--parts`, default all; `--only REGEX` / `--skip REGEX` filter rows by na
            DeepSpeedCPUAdam, activation checkpointing with offload, TiledMLP, tiled loss), flash_attention_2 and
            Liger where installed, and a checkpoint-resume whose second attempt's metrics (metrics.attempt-2.jsonl)
            must repeat the first attempt's steps 4-5.
+  overhead the trainer's step time against bench/bare_loop.py's (Accelerate + DeepSpeed + the same model, data,
+           optimizer and loss; no Trainer, no callbacks) on the same run directory: how much of a step is ours.
   ulysses  SP=2 against one rank with grad_accum 2 (the same rows per step), step by step. With one GPU both ranks
            share it over gloo (ULAB_TRAINER_SHARE_DEVICE): the Ulysses all-to-all, the sharded loss and ZeRO on
            CUDA tensors run; NCCL, NVLink bandwidth and two devices' memory stay unproven (docs/gpu-check.md).
@@ -98,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         if r.name == "suite-resume":
             ck.resume(r)
+        elif r.part == "overhead":
+            ck.overhead(r)
         elif r.part == "probe":
             run_probe_row(ck, r)
         else:

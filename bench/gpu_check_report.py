@@ -18,7 +18,7 @@ FIELDS = ["part", "name", "status", "model", "seq_len", "features", "kernel", "p
           "predicted_step_time_s", "step_time_s", "predicted_tokens_per_s", "tokens_per_s", "predicted_mfu", "mfu",
           # the measured step's parts (the trainer's phases, slowest rank; medians like step_time_s) and the
           # trainer's own per-step bookkeeping: where a step's time goes when it is far from the prediction
-          "forward_s", "backward_s", "optimizer_s", "metrics_overhead_s",
+          "forward_s", "backward_s", "optimizer_s", "metrics_overhead_s", "bare_step_time_s",
           "extrapolated_allocated_gib", "extrapolated_step_time_s", "extrapolation_allocated_error_pct",
           "extrapolation_step_time_error_pct", "wall_s", "note", "plan"]
 

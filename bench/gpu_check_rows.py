@@ -10,7 +10,7 @@ from bench.gpu_models import CPU_MODEL, LLAMA_1B, LLAMA_8B_4_LAYERS, SUITE_MODEL
 if TYPE_CHECKING:
     from bench.gpu_check_run import Check
 
-PARTS = ("suite", "ulysses", "sweep", "probe")
+PARTS = ("suite", "overhead", "ulysses", "sweep", "probe")
 ALST = {"zero_stage": 3, "offload_optimizer": True, "offload_params": True, "activation_checkpointing": True,
         "checkpoint_offload": True, "tiled_mlp": True, "tiled_logits_loss": True}
 SWEEP_FEATURES = {
@@ -64,6 +64,8 @@ def rows_for(ck: Check) -> list[Row]:
                 Row("suite", "suite-liger-alst", name, model, seq, "alst+liger", {**ALST, "liger_kernel": True}, steps)]
     out.append(Row("suite", "suite-resume", name, model, seq, "zero3 resume", {"zero_stage": 3}, 5 if cuda else 3,
                    run={"checkpoint_every": 3 if cuda else 2}))
+    # the trainer's step against bench/bare_loop.py's on the same run directory (Check.overhead)
+    out.append(Row("overhead", "overhead-zero2", name, model, seq, "trainer vs bare loop", {}, 6 if cuda else 4))
     exact = {"dtype": "fp32", "attn_implementation": "sdpa"}
     out.append(Row("ulysses", "ulysses-sp2", name, model, seq, "sp2 zero2", exact, steps, gpus=2, sp=2, gas=2))
     if cuda:

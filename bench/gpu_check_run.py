@@ -7,6 +7,7 @@ import datetime
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -206,6 +207,55 @@ class Check:
             problems.append(f"{r.name}: SP=2 losses {[x['loss'] for x in two]} vs one rank "
                             f"{[x['loss'] for x in one]}")
         return [note, *problems]
+
+    def overhead(self, r: Row) -> None:
+        """The trainer's run, then bench/bare_loop.py on its run directory (the same packed rows, model, DeepSpeed
+        config, optimizer, schedule and loss; no Trainer, no callbacks, no metrics): the median step of each after
+        the first, side by side. The first H100 window measured the trainer's steps at 1.3x to 21x the planner's
+        prediction; this says how much of that is the trainer's own."""
+        plan = self.plan(r)
+        if self.left_s < 2 * self.a.min_row_s:
+            self.write(r, "skipped (time budget)", plan, [], None, None)
+            return
+        code, rows, out, smi, wall = self.train(r.name, plan)
+        problems = self.expect(r.name, code, rows, out, list(range(1, r.steps + 1)))
+        bare, note = None, ""
+        run_dir = self.work / r.name
+        if code == 0:
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
+                   str(ROOT / "bench" / "bare_loop.py"), "--plan", str(self.work / f"{r.name}.json"),
+                   "--run-dir", str(run_dir)]
+            env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+            try:
+                proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT,
+                                      timeout=max(10.0, min(self.a.run_timeout_s, self.left_s)))
+                bare_code, bare_out = proc.returncode, proc.stdout + proc.stderr
+            except subprocess.TimeoutExpired as e:
+                bare_code, bare_out = 124, f"timed out after {e.timeout:.0f} s"
+            if bare_code == 0 and (run_dir / "bare.json").exists():
+                bare = json.loads((run_dir / "bare.json").read_text())
+            else:
+                tail = "\n".join(f"  | {line}" for line in bare_out.strip().splitlines()[-40:])
+                print(f"{r.name}: the bare loop exited {bare_code}; the last lines of its output:\n{tail}", flush=True)
+                problems.append(f"{r.name}: bare loop exit {bare_code}")
+        extra: dict = {}
+        if bare and rows:
+            times = sorted(bare["step_times"][1:] or bare["step_times"])
+            b = times[len(times) // 2]
+            later = rows[1:] or rows
+            t = sorted(x["step_time_s"] for x in later)[len(later) // 2]
+            worst = max((abs(x["loss"] - y) / abs(x["loss"]) for x, y in zip(rows, bare["losses"])), default=None)
+            parts = "/".join(f"{statistics.median(x[k] for x in later if x.get(k) is not None):.4g}"
+                             if any(x.get(k) is not None for x in later) else "-"
+                             for k in ("forward_s", "backward_s", "optimizer_s", "metrics_overhead_s"))
+            note = (f"trainer {t:.4g} s/step, bare loop {b:.4g} s/step ({t / b:.2f}x); the trainer's forward/"
+                    f"backward/optimizer/callback {parts} s; losses within {worst:.2g} relative")
+            extra["bare_step_time_s"] = rnd(b)
+            print(f"{r.name}: {note}", flush=True)
+        self.failures += problems
+        status = "ok" if code == 0 and not problems else ("failed" if code == 0 else f"exit {code}")
+        self.write(r, status, plan, rows, smi, wall, note, extra)
+        shutil.rmtree(run_dir, ignore_errors=True)
 
     def resume(self, r: Row) -> None:
         """Checkpoint after step k, run on to the last step; attempt 2 resumes from k and writes
