@@ -83,27 +83,35 @@ class Check:
         cmd = [sys.executable, "-m", "worker.trainer", "--plan", str(plan_path), "--run-dir", str(run_dir)]
         if resume:
             cmd += ["--resume", "--attempt", str(attempt)]
-        env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               "ULAB_TRAINER_SKIP_FINAL_SAVE": "1", "ULAB_TRAINER_SHARE_DEVICE": "1" if share_device else "0"}
         smi = SmiPeak()
         smi.start()
         t = time.monotonic()
+        try:
+            code, out = self.command(name, cmd, {"ULAB_TRAINER_SKIP_FINAL_SAVE": "1",
+                                                 "ULAB_TRAINER_SHARE_DEVICE": "1" if share_device else "0"})
+        finally:
+            smi.done.set()
+            smi.join()
+        path = run_dir / ("metrics.jsonl" if attempt == 1 else f"metrics.attempt-{attempt}.jsonl")
+        rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+        peak = None if smi.peak_gib is None or self.smi_idle is None else smi.peak_gib - self.smi_idle
+        return code, rows, out, peak, time.monotonic() - t
+
+    def command(self, name: str, cmd: list[str], env: dict[str, str]) -> tuple[int, str]:
+        """Run `cmd` (this checkout on PYTHONPATH, `env` added) within the row's timeout and the budget left:
+        (exit code, 124 on timeout; its output). A failure's last 40 lines go to the check's log: the run directory
+        is deleted once the row is written."""
+        env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), **env}
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT,
                                   timeout=max(10.0, min(self.a.run_timeout_s, self.left_s)))
             code, out = proc.returncode, proc.stdout + proc.stderr
         except subprocess.TimeoutExpired as e:
             code, out = 124, f"timed out after {e.timeout:.0f} s"
-        finally:
-            smi.done.set()
-            smi.join()
-        if code != 0:  # the cause, in the check's log: the run directory is deleted once its metrics are read
+        if code != 0:
             tail = "\n".join(f"  | {line}" for line in out.strip().splitlines()[-40:])
             print(f"{name}: exit {code}; the last lines of its output:\n{tail}", flush=True)
-        path = run_dir / ("metrics.jsonl" if attempt == 1 else f"metrics.attempt-{attempt}.jsonl")
-        rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
-        peak = None if smi.peak_gib is None or self.smi_idle is None else smi.peak_gib - self.smi_idle
-        return code, rows, out, peak, time.monotonic() - t
+        return code, out
 
     def expect(self, label: str, code: int, rows: list[dict], out: str, steps: list[int]) -> list[str]:
         last = out.strip().splitlines()[-1] if out.strip() else ""
@@ -225,18 +233,10 @@ class Check:
             cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
                    str(ROOT / "bench" / "bare_loop.py"), "--plan", str(self.work / f"{r.name}.json"),
                    "--run-dir", str(run_dir)]
-            env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-            try:
-                proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT,
-                                      timeout=max(10.0, min(self.a.run_timeout_s, self.left_s)))
-                bare_code, bare_out = proc.returncode, proc.stdout + proc.stderr
-            except subprocess.TimeoutExpired as e:
-                bare_code, bare_out = 124, f"timed out after {e.timeout:.0f} s"
+            bare_code, _ = self.command(f"{r.name} (bare loop)", cmd, {})
             if bare_code == 0 and (run_dir / "bare.json").exists():
                 bare = json.loads((run_dir / "bare.json").read_text())
             else:
-                tail = "\n".join(f"  | {line}" for line in bare_out.strip().splitlines()[-40:])
-                print(f"{r.name}: the bare loop exited {bare_code}; the last lines of its output:\n{tail}", flush=True)
                 problems.append(f"{r.name}: bare loop exit {bare_code}")
         extra: dict = {}
         if bare and rows:
