@@ -231,7 +231,7 @@ def loss_terms(spec, t: int) -> dict:
     h, V = m.hidden_size, m.vocab_size
     if spec.liger_fused_loss:
         # Liger's fused linear cross-entropy (plan.liger.flce_bytes) replaces the CausalLM forward's lm_head + loss
-        # (not with the tiled logits loss, not under ZeRO-3: training_fields.liger_fused_loss). The final
+        # (not with the tiled logits loss, which owns the head: training_fields.liger_fused_loss). The final
         # LigerRMSNorm saves its input and rstd; its output is the FLCE input, alive (not saved) while the loss runs.
         fl = liger.flce_bytes(t, V, h, B)
         final_norm = (liger.norm_saved(h, B, False) + B * h) * t

@@ -98,8 +98,9 @@ class MetricShipper:
                     log.warning("run %s: skipping a metrics line that is not a step record: %.200s", self.run_id, line)
             try:
                 # json.dumps, not httpx's json=: httpx refuses NaN, and a NaN loss must reach the API's alerts
-                first = first_record(path) or {}
-                body = {"points": points, "first_step": first.get("step"), "file_started": first.get("time")}
+                first = first_record(path)
+                body = {"points": points, "first_step": int(first["step"]) if first else None,
+                        "file_started": first.get("time") if first else None}
                 r = self.client.post(self.url, content=json.dumps(body),
                                      headers={"Content-Type": "application/json"})
                 r.raise_for_status()
