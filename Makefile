@@ -19,7 +19,7 @@ export MYPY_CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ulysses-lab/mypy
 # The ops' C++ compiles go through ccache when it is installed (torch's cpp_extension puts `ccache` before the compiler
 # whenever it finds one; `make ccache` installs it): with the paths under this checkout written relative to it
 # (BASEDIR) and the build directory left out of the hash (NOHASHDIR; the ops compile with -g), a fresh clone on a
-# machine that built the same sources before reuses the objects: `make ds-ops` 66 s -> see tests/TIMINGS.md.
+# machine that built the same sources before reuses the objects: `make ds-ops` 66 s -> ~10 s.
 export CCACHE_BASEDIR ?= $(CURDIR)
 export CCACHE_NOHASHDIR ?= 1
 
@@ -121,7 +121,7 @@ lint: install $(FRONTEND_DEPS)
 # (one apt-get at a time: dpkg takes one). Then, side by side: the dashboard build (the e2e tests serve it) and DeepSpeed's ops build
 # (the trainer's ranks load them). Lint (the `lint` target's ruff and mypy) needs nothing the tests make, so it runs
 # beside pytest, its output kept in a file and printed, its exit code counted, once pytest ends: mypy no longer holds
-# the suite back (tests/TIMINGS.md). Then two pytest processes, each taking whole files (--dist loadfile): much of
+# the suite back. Then two pytest processes, each taking whole files (--dist loadfile): much of
 # the suite waits on services, browsers and the faults it injects, so two sessions keep both cores busy (each has
 # its own database, Redis database and stack; trained layouts of the trainer tests are shared,
 # tests/integration/trainer_runs.py). More processes did not help (three measured no faster): the cores are ~91% busy with two (vmstat), and each

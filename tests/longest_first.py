@@ -5,9 +5,9 @@ with the most tests first, which leaves the long files (one to four tests each: 
 injected into a stack of their own) for the end; and a process takes its next file while it still has 2 tests or
 fewer to run, so at the tail one process can hold two or three long files while the other has nothing left.
 Longest first, the short unit and API files fill the end instead (bench/suite_durations.py simulates both queues
-from a JUnit report; tests/TIMINGS.md has the figures). Files not listed keep their collection order after these.
+from a JUnit report; bench/suite_durations.py prints them). Files not listed keep their collection order after these.
 
-The list is ordered by the durations measured per file (tests/TIMINGS.md); refresh it from `var/junit.xml`, which
+The list is ordered by the durations measured per file (bench/suite_durations.py); refresh it from `var/junit.xml`, which
 `make test` writes, with `python bench/suite_durations.py var/junit.xml`."""
 from __future__ import annotations
 
