@@ -14,13 +14,13 @@ from backend.auth.router import router as auth_router
 from backend.calibration.router import router as calibration_router
 from backend.core.logs import configure_service_logging
 from backend.core.settings import get_settings
+from backend.execution.reaper import supervise_forever
+from backend.executors import registry as executors
+from backend.metrics.router import router as metrics_router
 from backend.monitoring.middleware import RequestLatency
 from backend.monitoring.router import router as monitoring_router
 from backend.plans.router import router as plans_router
-from backend.runs import executors
-from backend.runs.lifecycle import supervise_forever
-from backend.runs.metrics_router import router as metrics_router
-from backend.runs.router import plan_probes
+from backend.probes.router import router as probes_router
 from backend.runs.router import router as runs_router
 from backend.workers.router import router as workers_router
 
@@ -48,7 +48,7 @@ async def lifespan(app: FastAPI):
     configure_service_logging()
     await asyncio.to_thread(load_calibration_results)
     tasks = [asyncio.create_task(supervise_forever(get_settings()))]  # reaper + re-send of queued runs
-    # the pollers of the executors some GPU queue uses (Slurm's follows its jobs: backend/runs/executors.py)
+    # the pollers of the executors some GPU queue uses (Slurm's follows its jobs: backend/executors/registry.py)
     tasks += [asyncio.create_task(ex.poller(get_settings())) for ex in executors.configured() if ex.poller]
     yield
     for task in tasks:
@@ -76,7 +76,7 @@ def create_app() -> FastAPI:
     app.include_router(auth_router)
     app.include_router(plans_router)
     app.include_router(runs_router)
-    app.include_router(plan_probes)
+    app.include_router(probes_router)
     app.include_router(metrics_router)
     app.include_router(calibration_router)
     app.include_router(monitoring_router)

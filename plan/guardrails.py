@@ -1,4 +1,4 @@
-"""The stop rules that both the API (backend/runs/alerts.py, at metric ingest) and the trainer
+"""The stop rules that both the API (backend/alerts/service.py, at metric ingest) and the trainer
 (worker/trainer/guard.py, at each step end) check, defined once here: a NaN/Inf loss or grad norm, and a diverging
 loss. Pure functions and a small state object, no I/O: the API keeps the divergence reference of the live attempt on
 the run row (it sees the steps in batches), the trainer in its process (one process is one attempt, so the rules

@@ -186,7 +186,7 @@ class Data(Section):
 
 
 class ProbeGate(Section):
-    """The smoke test of a run (backend/runs/alerts.py): its first `steps` steps are checked at metric ingest,
+    """The smoke test of a run (backend/alerts/service.py): its first `steps` steps are checked at metric ingest,
     and a breach stops the run with a checkpoint and the reason; otherwise it trains on in the same attempt."""
 
     steps: int = Field(10, ge=1, le=100_000, description="Steps checked from the run's start")
@@ -198,7 +198,7 @@ class ProbeGate(Section):
     require_finite_loss: bool = Field(True, description="Stop when a checked step's loss is NaN/Inf")
 
 
-# The files a Transformers tokenizer loads from (checked at approval, backend/runs/tokenizer_source.py, and by the
+# The files a Transformers tokenizer loads from (checked at approval, backend/inputs/tokenizer_source.py, and by the
 # trainer): a fast tokenizer (tokenizer.json), SentencePiece (tokenizer.model, spiece.model), byte-level BPE
 # (vocab.json), WordPiece (vocab.txt), tiktoken (tokenizer.tiktoken).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "spiece.model", "vocab.json", "vocab.txt", "tokenizer.tiktoken")
@@ -236,7 +236,7 @@ class RunSection(Section):
                                                                    "memory on each stage's first 2 steps and every "
                                                                    "N-th step; the records between carry the last "
                                                                    "measured figures (`memory_step`). CUDA: every step")
-    # Alerts at metric ingest (backend/runs/alerts.py). 10x: cross-entropy starts near ln(vocab) and falls, so a
+    # Alerts at metric ingest (backend/alerts/service.py). 10x: cross-entropy starts near ln(vocab) and falls, so a
     # healthy run stays within a few times its running minimum; a diverging one grows by orders of magnitude.
     divergence_factor: float = Field(10.0, gt=1, le=1e6, description="Alert when the loss exceeds this many times "
                                                                     "the attempt's lowest loss so far (from the "

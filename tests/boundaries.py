@@ -35,6 +35,7 @@ class Import:
     line: int
     module: str  # absolute dotted name (`from . import x` in worker/trainer/a.py: worker.trainer.x)
     lazy: bool  # inside a function (runs when called, not when the module is imported)
+    names: tuple[str, ...] = ()  # `from module import a, b`: a and b, each maybe a module of its own
 
     @property
     def top(self) -> str:
@@ -48,8 +49,8 @@ class _Imports(ast.NodeVisitor):
     def __init__(self, file: str, package: list[str]):
         self.file, self.package, self.depth, self.found = file, package, 0, []
 
-    def _add(self, node: ast.AST, module: str) -> None:
-        self.found.append(Import(self.file, node.lineno, module, self.depth > 0))
+    def _add(self, node: ast.AST, module: str, names: tuple[str, ...] = ()) -> None:
+        self.found.append(Import(self.file, node.lineno, module, self.depth > 0, names))
 
     def _nested(self, node: ast.AST) -> None:
         self.depth += 1
@@ -69,9 +70,9 @@ class _Imports(ast.NodeVisitor):
                 for alias in node.names:
                     self._add(node, ".".join([*base, alias.name]))
                 return
-            self._add(node, ".".join([*base, node.module]))
+            self._add(node, ".".join([*base, node.module]), tuple(a.name for a in node.names))
         else:
-            self._add(node, node.module or "")
+            self._add(node, node.module or "", tuple(a.name for a in node.names))
 
     def visit_Call(self, node: ast.Call) -> None:
         # importlib.import_module("x") and __import__("x") with a literal name
@@ -104,26 +105,29 @@ def packages_loaded(code: str, packages: tuple[str, ...]) -> list[str]:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def package_of(module: str) -> str:
-    """The package an import counts for: its first two names (backend.runs.models -> backend.runs)."""
-    return ".".join(module.split(".")[:2])
+def module_of(file: str) -> str:
+    """The dotted module a source file is (backend/runs/__init__.py -> backend.runs)."""
+    return file.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
 
 
-def package_graph(found: list[Import]) -> dict[str, set[str]]:
-    """Which packages each package imports (itself left out), from the import statements `found`; a module at the
-    top (backend/main.py) counts as a package of its own."""
-    graph: dict[str, set[str]] = {}
+def targets(i: Import, modules: set[str]) -> set[str]:
+    """The modules of `modules` an import loads: `from backend.runs import service` loads backend.runs.service
+    (and the package backend.runs); `from backend.runs.models import Run` loads backend.runs.models."""
+    return {m for m in (i.module, *(f"{i.module}.{n}" for n in i.names)) if m in modules}
+
+
+def module_graph(found: list[Import]) -> dict[str, set[str]]:
+    """Which modules of the scanned source each module imports, lazily or not, itself left out."""
+    modules = {module_of(i.file) for i in found}
+    graph: dict[str, set[str]] = {m: set() for m in modules}
     for i in found:
-        src = package_of(i.file.removesuffix(".py").removesuffix("/__init__").replace("/", "."))
-        graph.setdefault(src, set())
-        dst = package_of(i.module)
-        if dst != src and dst.split(".")[0] == src.split(".")[0] and "." in dst:
-            graph[src].add(dst)
+        src = module_of(i.file)
+        graph[src] |= targets(i, modules) - {src}
     return graph
 
 
-def package_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one package (each an import cycle), names sorted."""
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (each an import cycle), names sorted."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -154,8 +158,8 @@ def package_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return sorted(found)
 
 
-def imports_within(found: list[Import], packages: list[str]) -> list[Import]:
-    """The imports from one of `packages` to another: the edges of a cycle, to name where it is made."""
-    return [i for i in found if package_of(i.file.removesuffix(".py").replace("/", ".")) in packages
-            and package_of(i.module) in packages
-            and package_of(i.module) != package_of(i.file.removesuffix(".py").replace("/", "."))]
+def imports_within(found: list[Import], modules: list[str]) -> list[Import]:
+    """The imports from one of `modules` to another: the edges of a cycle, to name where it is made."""
+    known = {module_of(i.file) for i in found}
+    return [i for i in found if module_of(i.file) in modules
+            and (targets(i, known) & set(modules)) - {module_of(i.file)}]

@@ -42,7 +42,7 @@ def save_preset_config(directory: Path, preset: str) -> Path:
     submit and approval check it (the run itself would fail at load; tests that use it stop the run before)."""
     import json
 
-    from backend.runs.model_source import ARCHITECTURE
+    from backend.inputs.model_source import ARCHITECTURE
     from plan import catalog
 
     m = catalog.models()[preset]

@@ -7,7 +7,8 @@ fewer to run, so at the tail one process can hold two or three long files while 
 Longest first, the short unit and API files fill the end instead (bench/suite_durations.py simulates both queues
 from a JUnit report; bench/suite_durations.py prints them). Files not listed keep their collection order after these.
 
-The list is ordered by the durations measured per file (bench/suite_durations.py); refresh it from `var/junit.xml`, which
+The list is ordered by the durations measured per file (bench/suite_durations.py); refresh it from `var/junit.xml`,
+which
 `make test` writes, with `python bench/suite_durations.py var/junit.xml`."""
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The Celery app. It carries only "execute run N"; the database holds the run's state.
 
 Broker, task name and queue names come from backend/core/queue.py, the API's side of the queue (the API sends
-by name and never imports this module), through the seam (backend/runs/agent.py). One task at a time per worker
+by name and never imports this module), through the seam (backend/execution/agent.py). One task at a time per worker
 (prefetch 1, concurrency 1), acknowledged late; the run is claimed in the database before anything starts, so a
 redelivered message cannot start a run twice.
 """
@@ -14,7 +14,7 @@ from celery import Celery
 from celery.signals import worker_ready, worker_shutdown
 
 from backend.core.settings import get_settings
-from backend.runs.agent import broker_config, broker_url, get_agent, queue_for
+from backend.execution.agent import broker_config, broker_url, get_agent, queue_for
 
 
 def make_celery() -> Celery:

@@ -10,7 +10,7 @@ import time
 from urllib.parse import urlsplit
 
 from backend.core.settings import get_settings
-from backend.runs.agent import Claim, get_agent
+from backend.execution.agent import Claim, get_agent
 from worker.trainer.net import free_port
 
 log = logging.getLogger(__name__)

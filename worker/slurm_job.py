@@ -1,5 +1,5 @@
 """`ulab job --plan PLAN`: one node of a Slurm run, started by srun from the job script
-(backend/executors/slurm_job.sh.template). It starts this node's `ulab train` ranks, ships metrics to the API and
+(backend/executors/slurm/slurm_job.sh.template). It starts this node's `ulab train` ranks, ships metrics to the API and
 beats the heartbeat with the Celery worker's own code (worker/supervise.py, worker/shipper.py), and
 exits with the trainer's exit code, which becomes the job's (the API's poller reads it from Slurm).
 
@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from backend.core.settings import get_settings
-from backend.runs.agent import get_agent, tail_lines
+from backend.execution.agent import get_agent, tail_lines
 from worker.probe import REQUEST as PROBE_REQUEST
 from worker.probe import probe_command
 from worker.process import AttemptProcesses, start_group
@@ -107,7 +107,7 @@ def run_job(plan_path: Path) -> int:
     # from the newest checkpoint, which may be one this job saved after it
     resume_from = env.get("ULAB_RESUME_FROM") if restart == 0 else None
     cmd = trainer_command(plan_path, run_dir, attempt, resume_from, resume=resume)
-    if (run_dir / PROBE_REQUEST).exists():  # a run of kind "probe" (backend/runs/slurm_poller.py wrote it)
+    if (run_dir / PROBE_REQUEST).exists():  # a run of kind "probe" (backend/executors/slurm/poller.py wrote it)
         cmd = probe_command(plan_path, run_dir, json.loads((run_dir / PROBE_REQUEST).read_text()))
     procs = AttemptProcesses(start_group(cmd, log_path, env=env), lock, attempt)
     agent = get_agent()

@@ -1,6 +1,6 @@
 """What the Celery worker (worker/tasks.py) and a Slurm job's node (worker/slurm_job.py) share while an attempt
 runs: the trainer's command, the heartbeat thread, the watch-and-ship loop, the wait between SIGTERM and SIGKILL,
-and the reason a failed attempt gives. It reaches the service only through the seam (backend/runs/agent.py)."""
+and the reason a failed attempt gives. It reaches the service only through the seam (backend/execution/agent.py)."""
 from __future__ import annotations
 
 import logging
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from backend.core.settings import Settings
-from backend.runs.agent import RunState
+from backend.execution.agent import RunState
 from plan.launch import stop_grace_s
 from worker.process import AttemptProcesses
 from worker.shipper import MetricShipper

@@ -1,4 +1,4 @@
-"""The run lifecycle on a worker: claim the run through the seam (backend/runs/agent.py), launch the trainer
+"""The run lifecycle on a worker: claim the run through the seam (backend/execution/agent.py), launch the trainer
 (`ulab train`, which starts torchrun and the ranks) tagged with the run directory's lock and the attempt, heartbeat,
 ship metrics, watch for cancel, stop every process of the attempt, record the exit (worker/supervise.py holds what
 the Slurm job shares of this)."""
@@ -11,7 +11,7 @@ import socket
 from pathlib import Path
 
 from backend.core.settings import Settings, get_settings
-from backend.runs.agent import EXECUTE_RUN, Claim, RunState, get_agent, tail_lines
+from backend.execution.agent import EXECUTE_RUN, Claim, RunState, get_agent, tail_lines
 from plan.model import Plan
 from worker import gang, trackers
 from worker.celery_app import celery_app
@@ -127,7 +127,7 @@ def supervise(run: Claim, settings: Settings) -> str:
         reason = (reason or "") + "\nsome metrics could not be shipped to the API; they remain in the run directory"
     if left:
         reason = (reason or "") + f"\nprocesses {', '.join(map(str, left))} of the run survived SIGKILL"
-    # a probe's result and the calibration point are stored where the attempt ends (backend/runs/outcome.py)
+    # a probe's result and the calibration point are stored where the attempt ends (backend/execution/outcome.py)
     agent.finish(run.id, run.attempt, state, reason, last_step=shipper.last_step)
     log.info("run %s: %s (exit code %s)", run.id, state.value, code)
     return state.value

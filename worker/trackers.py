@@ -270,8 +270,8 @@ class Forwarder:
 
 
 def read_stored(run_id: int) -> Callable[[int], Stored]:
-    """What the API stored of a run (through the seam, backend/runs/agent.py), from the step after `after`."""
-    from backend.runs.agent import get_agent
+    """What the API stored of a run (through the seam, backend/execution/agent.py), from the step after `after`."""
+    from backend.execution.agent import get_agent
 
     def read(after: int) -> Stored:
         got = get_agent().stored(run_id, after)

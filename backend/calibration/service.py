@@ -95,7 +95,8 @@ def _upsert(session: Session, source: str, ref: str, plan: dict, measured: dict,
 
 
 def record_run(session: Session, run_id: int, attempt: int, spec: dict) -> None:
-    """Store a finished run's prediction and measurement (called where an attempt ends, backend/runs/outcome.py). A run
+    """Store a finished run's prediction and measurement (called where an attempt ends, backend/execution/outcome.py).
+    A run
     whose ranks reported no MFU ran on CPU ranks (no peak FLOPS to divide by): it is filed under GPU "cpu", so it
     never enters the correction of the GPU type its plan names."""
     plan = {k: v for k, v in (spec or {}).items() if k != "run"}

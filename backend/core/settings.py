@@ -47,7 +47,7 @@ class Settings(BaseSettings):
     # per GPU (no GPU has a TiB; a run that asks for it would only fill host memory with ranks that never train).
     max_forced_gib_per_gpu: float = 1024.0
     # Approval of a run whose planner verdict is `tight` needs a probe of its plan that measured it fitting
-    # (POST /api/plans/{id}/probe; backend/runs/probe.py). Off by default.
+    # (POST /api/plans/{id}/probe; backend/probes/service.py). Off by default.
     approve_tight_needs_probe: bool = False
     # Request bodies: the most bytes one may have (413 above it), metric ingest batches apart; and how deep JSON may
     # nest (422 below it). A plan is a few kB and 4 levels deep; a worker's batch of 5,000 points about 0.5 MB.

@@ -59,7 +59,7 @@ def block_summaries(run_id: int, rows: list[dict]) -> list[dict]:
 def ingest(session: Session, run_id: int, points: list[PointIn], attempt: int | None = None) -> int:
     """Insert or overwrite points keyed by (run, name, step, rank), as stored by `attempt` of the run: a resend
     never duplicates, and never overwrites what a newer attempt stored. Non-finite values are not stored (their
-alerts are raised by the caller first: backend/runs/metrics_router.py); the session is committed."""
+alerts are raised by the caller first: backend/metrics/router.py); the session is committed."""
     if not points:
         return 0
     points = [p for p in points if math.isfinite(p.value)]

@@ -17,7 +17,7 @@ from backend.auth.roles import Permission
 from backend.auth.service import Principal
 from backend.core.errors import UserError
 from backend.core.settings import get_settings
-from backend.runs import model_source, tokenizer_source
+from backend.inputs import model_source, tokenizer_source
 from backend.runs.models import Run
 from backend.runs.states import RunState
 from backend.workers import service as workers

@@ -6,9 +6,9 @@ from datetime import datetime
 from sqlalchemy import JSON, Boolean, DateTime, Double, ForeignKey, Index, Integer, String, Text, func
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
+from backend.alerts.models import RunAlert
 from backend.core.db import Base
 from backend.plans import models as _plans  # noqa: F401  (runs.plan_id refers to it: a run cannot be written without)
-from backend.runs.alert_rows import RunAlert
 from backend.runs.attempts import RunAttempt
 from backend.runs.states import RunState
 from plan.model import Plan
@@ -29,7 +29,7 @@ class Run(Base):
     stopped_by: Mapped[str | None] = mapped_column(String(32), nullable=True)
     # what a resume changed ({at, attempt, message}: a new learning rate or schedule), for the timeline
     changes: Mapped[list | None] = mapped_column(JSON, nullable=True)
-    # the divergence rule's reference for this attempt (backend/runs/alerts.py): its first loss step and its
+    # the divergence rule's reference for this attempt (backend/alerts/service.py): its first loss step and its
     # lowest loss so far; cleared when the next attempt is queued
     attempt_loss_first_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
     attempt_loss_min: Mapped[float | None] = mapped_column(Double, nullable=True)

@@ -9,7 +9,7 @@ import plan as planner
 from backend.api.deps import RowId, SessionDep
 from backend.auth.deps import Approver, Reader, Submitter
 from backend.core.queue import plan_gpu_name
-from backend.plans.schemas import ProbeRequest
+from backend.inputs.checkpoint_tar import checkpoint_dir, tar_stream
 from backend.runs import service
 from backend.runs.schemas import CheckpointOut, EventOut, LogOut, RetryIn, RunCreate, RunLabels, RunOut
 from backend.runs.states import RunState
@@ -17,7 +17,6 @@ from backend.workers import service as workers
 from plan.results import Fix
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
-plan_probes = APIRouter(prefix="/api/plans", tags=["plans"])  # a probe is a run of the plan (backend/runs/probe.py)
 
 
 @router.post("", status_code=201)
@@ -118,8 +117,6 @@ def download_checkpoint(run_id: RowId, name: Annotated[str, Path(min_length=1, m
                         session: SessionDep, _: Reader) -> StreamingResponse:
     """One checkpoint directory as a tar, streamed (`name`: `<stage>-checkpoint-<step>`, as the checkpoints list
     names it); 404 naming a checkpoint that is not there."""
-    from backend.runs.checkpoint_tar import checkpoint_dir, tar_stream
-
     directory = checkpoint_dir(service.get_run(session, run_id).run_dir, name)
     return StreamingResponse(tar_stream(directory, name), media_type="application/x-tar", headers={
         "Content-Disposition": f'attachment; filename="run-{run_id}-{name}.tar"'})
@@ -137,14 +134,3 @@ def fix_run(run_id: RowId, session: SessionDep, _: Reader) -> Fix:
         return planner.fix(run.spec, measured_oom=oom)  # type: ignore[return-value]
     kernels, liger = workers.queue_offer(session, plan_gpu_name(plan))
     return planner.fix(plan, measured_oom=oom, kernels=kernels, liger=liger)  # type: ignore[return-value]
-
-
-@plan_probes.post("/{plan_id}/probe", status_code=202)
-def probe_plan(plan_id: RowId, session: SessionDep, user: Submitter, body: ProbeRequest | None = None) -> RunOut:
-    """Measure the plan: a probe run (kind "probe") trains it at reduced depths (default 1, 2, 4 layers) with random
-    weights on its own GPUs, through the normal queue, and stores the depth line extrapolated to the model's depth
-    with the plan (`probe` of GET /api/plans/{id}), beside the planner's figures. 422 naming the field for a plan or
-    depth that cannot be probed; 409 when no worker serves the plan's GPU queue."""
-    from backend.runs.probe import submit_probe
-
-    return RunOut.model_validate(submit_probe(session, plan_id, body or ProbeRequest(), user))

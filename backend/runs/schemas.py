@@ -22,7 +22,7 @@ class RunCreate(BaseModel):
     priority: int = Field(0, ge=0, le=9)
     max_retries: int = Field(0, ge=0, le=10, description="Automatic resumed attempts after the run is lost.")
     run: RunSection = Field(description="The trainer-v1 run section (plan/model.py RunSection)")
-    # Only for a GPU queue that runs on Slurm (backend/executors/jobscript.py has the same patterns).
+    # Only for a GPU queue that runs on Slurm (backend/executors/slurm/jobscript.py has the same patterns).
     slurm_partition: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$",
                                         description="Slurm partition for this run instead of the queue's.")
     slurm_time_limit: str | None = Field(

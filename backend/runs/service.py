@@ -22,11 +22,13 @@ from backend.core.errors import NotFound, UserError
 from backend.core.logs import filter_lines, tail_lines
 from backend.core.queue import plan_gpu_name
 from backend.core.settings import get_settings
+from backend.executors.registry import EXECUTORS, executor_for, executor_name
+from backend.inputs import model_source
+from backend.inputs.paths import check_run_spec
 from backend.plans.models import Plan as PlanRow
 from backend.plans.service import get_plan, valid_or_422
-from backend.runs import gate, model_source, transitions
-from backend.runs.executors import EXECUTORS, executor_for, executor_name
-from backend.runs.guard import check_run_spec
+from backend.probes.results import tight_without_probe
+from backend.runs import gate, transitions
 from backend.runs.models import Run
 from backend.runs.schemas import RunCreate, RunLabels
 from backend.runs.states import TERMINAL, IllegalTransition, RunState
@@ -65,7 +67,7 @@ def require_writable_run(session: Session, run_id: int, by: Principal) -> Run:
         return run
     if run.state == RunState.PENDING_APPROVAL.value or (run.state == RunState.QUEUED.value and run.attempt == 1):
         raise UserError(409, "state", f"run {run_id} has not started ({run.state}): no worker may write its metrics")
-    if not executor_for(run).holds(session, run, by.token_id):  # backend/runs/executors.py
+    if not executor_for(run).holds(session, run, by.token_id):  # backend/executors/registry.py
         raise UserError(403, "authorization", f"this worker token does not hold run {run_id}'s live attempt: a worker "
                                               "writes the metrics of the runs it claimed only")
     return run
@@ -147,8 +149,6 @@ def approve_run(session: Session, run_id: int, by: Principal, force: bool = Fals
     if run.state != RunState.PENDING_APPROVAL.value:
         raise IllegalTransition(run.state, RunState.QUEUED)
     forced = gate.check_queue(run, by, force)
-    from backend.runs.probe import tight_without_probe
-
     if (unprobed := tight_without_probe(session, run)):
         raise UserError(409, "probe", unprobed)
     transitions.approve(run, by.token_id, forced=forced)
@@ -159,7 +159,7 @@ def approve_run(session: Session, run_id: int, by: Principal, force: bool = Fals
 
 
 def enqueue(run: Run) -> None:
-    """Hand the queued run to its executor (backend/runs/executors.py): Celery workers or one Slurm job."""
+    """Hand the queued run to its executor (backend/executors/registry.py): Celery workers or one Slurm job."""
     try:
         executor_for(run).submit(run)
     except Exception:  # the run stays queued; the reconciler (Celery) or the Slurm poller sends it again
@@ -297,7 +297,7 @@ def log_tail(run: Run, lines: int | None, rank: int | None = None, launcher: boo
 
 def events(run: Run) -> list[dict]:
     """The run's timeline, oldest first: submitted, approved, each attempt's start and end, and the alerts raised
-    at metric ingest (backend/runs/alerts.py), with the step and whether the rule stopped the run."""
+    at metric ingest (backend/alerts/service.py), with the step and whether the rule stopped the run."""
     out: list[dict] = [{"at": run.created_at, "kind": "submitted", "message": run.name or ""}]
     if run.approved_at is not None:
         out.append({"at": run.approved_at, "kind": "approved",

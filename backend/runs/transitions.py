@@ -3,7 +3,7 @@ function here, and each checks the state table (`states.ALLOWED`) first: a chang
 raises IllegalTransition and writes nothing.
 
 API side (the caller's session, which the caller commits): `approve`, `queue_retry`, `request_cancel`,
-`mark_lost`. Slurm poller (backend/runs/slurm_poller.py; a session of their own): `slurm_submitted`,
+`mark_lost`. Slurm poller (backend/executors/slurm/poller.py; a session of their own): `slurm_submitted`,
 `slurm_observed`, `slurm_started`, `slurm_requeued`, `slurm_finished`, and `slurm_heartbeat` from inside the job.
 Worker side (a session of their own, committed on return): `claim`, `start`, `heartbeat`,
 `finish`; these name the attempt they act for, and do nothing once it is no longer the run's live attempt (the
@@ -22,9 +22,9 @@ from sqlalchemy.orm import Session
 
 from backend.core.db import session_scope
 from backend.core.settings import get_settings
+from backend.inputs.paths import refused_paths
 from backend.metrics.models import MetricPoint
 from backend.runs.attempts import RunAttempt
-from backend.runs.guard import refused_paths
 from backend.runs.models import Run
 from backend.runs.states import ACTIVE, ALLOWED, TERMINAL, IllegalTransition, RunState, check_transition
 
@@ -236,7 +236,8 @@ def finish(run_id: int, attempt: int, state: RunState, exit_reason: str | None, 
 
 
 # --- Slurm executor -------------------------------------------------------------------------------------------
-# A Slurm run has no worker claim: Slurm decides when it starts, and the API's poller (backend/runs/slurm_poller.py)
+# A Slurm run has no worker claim: Slurm decides when it starts, and the API's poller
+# (backend/executors/slurm/poller.py)
 # turns what squeue/scontrol say about its job into these changes. The job id names the attempt: a function acts
 # only while `job_id` is the run's job.
 

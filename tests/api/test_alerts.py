@@ -1,4 +1,4 @@
-"""Alerts at metric ingest (backend/runs/alerts.py): a NaN loss stops a running run with its reason, a
+"""Alerts at metric ingest (backend/alerts/service.py): a NaN loss stops a running run with its reason, a
 diverging loss (the issue's lr=10 run: 6.2 -> 5000) raises one alert, shown on the run and in the runs list."""
 from __future__ import annotations
 
@@ -208,9 +208,9 @@ def test_tokens_per_s_below_the_floor_for_five_steps_in_a_row_raises_an_alert(cl
 def test_a_running_run_with_no_step_for_stall_after_s_raises_stalled(client, tokens, tmp_path):
     from datetime import timedelta
 
+    from backend.alerts.service import check_stalls
     from backend.core.db import session_scope
     from backend.runs import transitions
-    from backend.runs.alerts import check_stalls
     from backend.runs.models import Run
 
     admin = as_role(client, tokens, "admin")

@@ -9,8 +9,8 @@ MESSAGE = "loss diverged: 3112 at step 3 is above 10 x this attempt's lowest los
 
 
 def test_the_trainers_stop_first_then_the_shipped_step_raises_no_second_alert(client, tokens, tmp_path):
+    from backend.alerts.service import trainer_stopped
     from backend.runs import transitions
-    from backend.runs.alerts import trainer_stopped
     from backend.runs.states import RunState
 
     admin = as_role(client, tokens, "admin")
@@ -33,7 +33,7 @@ def test_the_trainers_stop_first_then_the_shipped_step_raises_no_second_alert(cl
 
 
 def test_the_api_first_then_the_trainers_report_adds_nothing(client, tokens, tmp_path):
-    from backend.runs.alerts import trainer_stopped
+    from backend.alerts.service import trainer_stopped
 
     admin = as_role(client, tokens, "admin")
     run_id = running_run(client, admin, tmp_path, learning_rate=10.0)

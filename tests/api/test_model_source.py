@@ -1,4 +1,4 @@
-"""Submit and approve check where a run's weights come from (backend/runs/model_source.py): a directory under the
+"""Submit and approve check where a run's weights come from (backend/inputs/model_source.py): a directory under the
 models root or the hub cache, holding the architecture the plan was estimated for; errors name run.model_path."""
 from __future__ import annotations
 

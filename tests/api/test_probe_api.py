@@ -1,4 +1,5 @@
-"""POST /api/plans/{id}/probe (backend/runs/probe.py): bad input answers at once, naming the field; a plan whose queue
+"""POST /api/plans/{id}/probe (backend/probes/service.py): bad input answers at once, naming the field; a plan whose
+queue
 no worker serves is refused, not queued to wait; a finished probe's result is stored with the plan and filed in the
 calibration store (CPU ranks apart from the GPU type)."""
 from __future__ import annotations
@@ -84,8 +85,8 @@ def test_a_worker_busy_training_counts_as_a_worker(client, tokens, tmp_path):
 
 def test_a_finished_probe_is_stored_with_the_plan_and_calibration(client, tokens, tmp_path):
     from backend.core.db import get_sessionmaker
+    from backend.probes.results import record_probe
     from backend.runs.models import Run
-    from backend.runs.probe import record_probe
 
     admin = as_role(client, tokens, "admin")
     plan_id = _plan_id(client, admin)

@@ -1,4 +1,4 @@
-"""The smoke-test gate (`run.probe`, backend/runs/alerts.py): its first steps are checked at metric ingest and a
+"""The smoke-test gate (`run.probe`, backend/alerts/service.py): its first steps are checked at metric ingest and a
 breach stops the run the way a stop_on_* alert does (cancel with a checkpoint, the reason in words)."""
 from __future__ import annotations
 

@@ -40,7 +40,8 @@ def test_scraped_during_a_run(client, tokens, tmp_path):
 
 def test_reaper_and_resend_counters(client, tokens, tmp_path):
     from backend.core.db import session_scope
-    from backend.runs import lifecycle, transitions
+    from backend.execution import reaper as lifecycle
+    from backend.runs import transitions
     from backend.runs.models import Run
 
     admin, viewer = as_role(client, tokens, "admin"), as_role(client, tokens, "viewer")

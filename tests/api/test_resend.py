@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from backend.core.db import session_scope
-from backend.runs.lifecycle import resend_queued
+from backend.execution.reaper import resend_queued
 from backend.runs.models import Run
 from tests.api.conftest import as_role
 from tests.tiny import tiny_plan

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from backend.executors.jobscript import JobRequest, render
+from backend.executors.slurm.jobscript import JobRequest, render
 from tests.api.conftest import as_role
 from tests.api.test_alerts import running_run
 from worker.supervise import trainer_command

@@ -1,11 +1,11 @@
-"""The alert rules are one list of rule objects (backend/runs/alerts.py RULES) beside the table in that module's
+"""The alert rules are one list of rule objects (backend/alerts/service.py RULES) beside the table in that module's
 docstring: every kind of the table has its rule and its words in a stopped run's exit reason, and no rule is
 outside the table."""
 from __future__ import annotations
 
 import re
 
-from backend.runs import alerts
+from backend.alerts import service as alerts
 
 
 def test_every_kind_of_the_table_has_its_rule_and_no_rule_is_outside_it():

@@ -3,8 +3,8 @@ functions alike): plan/ imports nothing of ours and no web, database or torch (t
 lazily, in the FakeTensor trace modules plan/traced.py and plan/traced_liger.py); backend/ never imports worker/
 (the API sends tasks by name; the `ulab` entry point, backend/cli.py, starts everything and may); the trainer
 (worker/trainer/) never imports the backend nor the rest of worker/; the rest of worker/ reaches the backend only
-through the seam (backend/runs/agent.py) and the settings; and the packages of backend/ import each other without
-a cycle."""
+through the seam (backend/execution/agent.py) and the settings; and the modules of backend/ import each other without
+a cycle, function-local imports included."""
 from __future__ import annotations
 
 import subprocess
@@ -13,11 +13,11 @@ import textwrap
 
 from tests.boundaries import (
     ROOT,
+    cycles,
     imports,
     imports_under,
     imports_within,
-    package_cycles,
-    package_graph,
+    module_graph,
     packages_loaded,
 )
 
@@ -26,7 +26,7 @@ WEB_AND_DATABASE = {"fastapi", "starlette", "sqlalchemy"}
 TRAINING_STACK = {"torch", "transformers", "deepspeed", "accelerate"}
 LAZY_TRAINING_STACK_ALLOWED_IN = ("plan/traced.py", "plan/traced_liger.py")
 ENTRY_POINT = "backend/cli.py"
-SEAM = "backend.runs.agent"
+SEAM = "backend.execution.agent"
 WORKER_MAY_IMPORT = {SEAM, "backend.core.settings"}
 
 
@@ -63,31 +63,35 @@ def test_the_worker_reaches_the_backend_only_through_the_seam():
     assert not bad, f"worker/ imports of the backend go through {SEAM} (or the settings):\n" + _listing(bad)
 
 
-def test_the_backend_packages_have_no_import_cycle():
+def test_the_backend_modules_have_no_import_cycle():
+    """Module by module, function-local imports included: a cycle hidden behind a lazy import is still a cycle."""
     found = imports_under("backend")
-    cycles = package_cycles(package_graph(found))
-    assert not cycles, "import cycles between packages of backend/:\n" + "\n\n".join(
-        " <-> ".join(cycle) + ":\n" + _listing(imports_within(found, cycle)) for cycle in cycles)
+    loops = cycles(module_graph(found))
+    assert not loops, "import cycles between modules of backend/:\n" + "\n\n".join(
+        " <-> ".join(loop) + ":\n" + _listing(imports_within(found, loop)) for loop in loops)
 
 
-def test_a_cycle_between_packages_is_found_and_named(tmp_path):
-    sources = {"backend/runs/service.py": "from backend.core import db\nimport backend.metrics.alerts\n",
-               "backend/metrics/alerts.py": "def f():\n    from backend.runs.models import Run\n",
+def test_a_cycle_through_a_lazy_import_is_found_and_named(tmp_path):
+    sources = {"backend/runs/service.py": "from backend.core import db\nfrom backend.probes import service\n",
+               "backend/probes/service.py": "def f():\n    from backend.runs.service import enqueue\n",
                "backend/core/db.py": "import sqlalchemy\nfrom . import settings\n",
+               "backend/core/settings.py": "import os\n",
                "backend/main.py": "import backend.runs.service\n"}
     for rel, source in sources.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(source)
     found = [i for rel in sources for i in imports(tmp_path / rel, root=tmp_path)]
-    graph = package_graph(found)
-    assert graph == {"backend.runs": {"backend.core", "backend.metrics"}, "backend.metrics": {"backend.runs"},
-                     "backend.core": set(), "backend.main": {"backend.runs"}}
-    assert package_cycles(graph) == [["backend.metrics", "backend.runs"]]
-    assert [str(i) for i in imports_within(found, ["backend.metrics", "backend.runs"])] == [
-        "backend/runs/service.py:2: import backend.metrics.alerts",
-        "backend/metrics/alerts.py:2: lazy import backend.runs.models"]
-    assert package_cycles({"a.x": {"a.y"}, "a.y": {"a.z"}, "a.z": set()}) == []
-    assert package_cycles({"a.x": {"a.y"}, "a.y": {"a.z"}, "a.z": {"a.x"}}) == [["a.x", "a.y", "a.z"]]
+    graph = module_graph(found)
+    assert graph == {"backend.runs.service": {"backend.core.db", "backend.probes.service"},
+                     "backend.probes.service": {"backend.runs.service"},
+                     "backend.core.db": {"backend.core.settings"}, "backend.core.settings": set(),
+                     "backend.main": {"backend.runs.service"}}
+    assert cycles(graph) == [["backend.probes.service", "backend.runs.service"]]
+    assert [str(i) for i in imports_within(found, ["backend.probes.service", "backend.runs.service"])] == [
+        "backend/runs/service.py:2: import backend.probes",
+        "backend/probes/service.py:2: lazy import backend.runs.service"]
+    assert cycles({"a.x": {"a.y"}, "a.y": {"a.z"}, "a.z": set()}) == []
+    assert cycles({"a.x": {"a.y"}, "a.y": {"a.z"}, "a.z": {"a.x"}}) == [["a.x", "a.y", "a.z"]]
 
 
 def test_the_worker_task_module_loads_no_web_framework():

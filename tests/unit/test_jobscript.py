@@ -1,4 +1,4 @@
-"""The Slurm job script (backend/executors/jobscript.py) and what `ulab job` reads from Slurm's environment
+"""The Slurm job script (backend/executors/slurm/jobscript.py) and what `ulab job` reads from Slurm's environment
 (worker/slurm_job.py), without a cluster: hostile values stay data, the #SBATCH lines are exactly what the run
 asks for, SIGTERM reaches srun, and node lists expand as `scontrol show hostnames` expands them. A two-node job
 cannot run on this one machine, so its script and rendezvous are checked here."""
@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from backend.core.settings import Settings
-from backend.executors.jobscript import JobRequest, render
-from backend.executors.slurm import job_request, parse_scontrol
-from backend.runs.executors import executor_name
+from backend.executors.registry import executor_name
+from backend.executors.slurm.jobscript import JobRequest, render
+from backend.executors.slurm.submit import job_request, parse_scontrol
 from backend.runs.models import Run
 from plan.model import Plan
 from tests.tiny import tiny_plan

@@ -16,7 +16,7 @@ ALLOWED: dict[str, tuple[int, str]] = {
                                            "read in Python"),
     "backend/core/queue.py": (1, "gpu_name of a plan not validated yet: the user's file of `ulab plan "
                                  "--from-workers`, which may recommend a partial plan"),
-    "backend/runs/alerts.py": (1, "the stop rules at metric ingest, which never fails on a row whose plan does not "
+    "backend/alerts/service.py": (1, "the stop rules at metric ingest, which never fails on a row whose plan does not "
                                   "validate: the rules fall back to the defaults"),
 }
 
@@ -68,7 +68,7 @@ def test_the_counter_sees_each_form_and_skips_comments_and_strings():
 
 def test_the_scan_covers_the_files_that_had_raw_reads():
     names = {str(p.relative_to(ROOT)) for p in source_files("backend", "worker")}
-    assert {"backend/runs/guard.py", "backend/runs/model_source.py", "backend/runs/tokenizer_source.py",
+    assert {"backend/inputs/paths.py", "backend/inputs/model_source.py", "backend/inputs/tokenizer_source.py",
             "backend/runs/service.py", "backend/core/queue.py", "worker/trackers.py"} <= names
 
 

@@ -1,6 +1,6 @@
-"""The seam between the workers and the service (backend/runs/agent.py) on a real SQLite database: what a worker
+"""The seam between the workers and the service (backend/execution/agent.py) on a real SQLite database: what a worker
 does to a run goes through it, and an attempt's by-products (a probe's result, the calibration point) are stored
-once, where the attempt ends (backend/runs/outcome.py), for the Celery worker and the Slurm poller alike."""
+once, where the attempt ends (backend/execution/outcome.py), for the Celery worker and the Slurm poller alike."""
 from __future__ import annotations
 
 import pytest
@@ -8,8 +8,9 @@ from sqlalchemy import select
 
 from backend.calibration.models import CalibrationPoint
 from backend.core import db, settings
-from backend.runs import outcome, transitions
-from backend.runs.agent import Claim, RunAgent, SqlRunAgent, get_agent
+from backend.execution import outcome
+from backend.execution.agent import Claim, RunAgent, SqlRunAgent, get_agent
+from backend.runs import transitions
 from backend.runs.models import Run
 from backend.runs.states import RunState
 from plan.model import Plan

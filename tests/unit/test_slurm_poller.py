@@ -1,4 +1,4 @@
-"""The Slurm poller's table (backend/runs/slurm_poller.py) on SQLite: what a job's Slurm state does to its run.
+"""The Slurm poller's table (backend/executors/slurm/poller.py) on SQLite: what a job's Slurm state does to its run.
 Slurm's answers are given as data (Job rows, what `scontrol show job` parses to); the states the one-node test
 cluster cannot produce (OUT_OF_MEMORY, TIMEOUT, NODE_FAIL) are covered here, the rest also against a real Slurm in
 tests/integration/test_slurm.py. scancel, where the poller calls it, finds no cluster and only logs."""
@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from backend.core import db, settings
-from backend.executors.slurm import Job
+from backend.executors.slurm.poller import Poller, tracked_runs
+from backend.executors.slurm.submit import Job
 from backend.runs import transitions
 from backend.runs.models import Run
-from backend.runs.slurm_poller import Poller, tracked_runs
 
 
 @pytest.fixture(autouse=True)

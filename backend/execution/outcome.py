@@ -1,7 +1,8 @@
 """Where an attempt ends, for every executor: a probe's result is stored before the run reads `succeeded` (the
 page that waits for it then finds the result with the plan), the state change itself, then the run's calibration
-point (its prediction beside its measurement). The Celery worker (through backend/runs/agent.py) and the Slurm
-poller (backend/runs/slurm_poller.py) both end attempts here, so the two can no longer drift apart. Neither by-product
+point (its prediction beside its measurement). The Celery worker (through backend/execution/agent.py) and the Slurm
+poller (backend/executors/slurm/poller.py) both end attempts here, so the two can no longer drift apart. Neither
+by-product
 ever fails the run."""
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Callable
 
 from backend.calibration.service import record_run
 from backend.core.db import session_scope
+from backend.probes.results import record_probe as store
 from backend.runs.models import Run
 from backend.runs.states import RunState
 
@@ -43,10 +45,7 @@ def record_calibration(run_id: int) -> None:
 
 
 def record_probe(run_id: int) -> None:
-    """Store a finished probe's result with its plan and in the calibration store (backend/runs/probe.py)."""
-    # imported here: probe.py starts probes through the executors, whose Slurm poller ends attempts in this module
-    from backend.runs.probe import record_probe as store
-
+    """Store a finished probe's result with its plan and in the calibration store (backend/probes/results.py)."""
     try:
         with session_scope() as session:
             run = session.get(Run, run_id)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from backend.core.errors import UserError
 from backend.core.settings import Settings
-from backend.runs.guard import HUB_ID, resolve_allowed
-from backend.runs.model_source import local_candidate
+from backend.inputs.model_source import local_candidate
+from backend.inputs.paths import HUB_ID, resolve_allowed
 from plan.model import TOKENIZER_FILES, Plan
 
 

@@ -1,6 +1,7 @@
 """The Slurm side of the Slurm executor: the job of a run's attempt (its resources from the plan and the queue's
-settings, backend/executors/jobscript.py renders the script), and reading and cancelling jobs (`scontrol`, `sacct`,
-`scancel`). It knows no database: backend/runs/slurm_poller.py submits runs' jobs and turns what Slurm says about
+settings, backend/executors/slurm/jobscript.py renders the script), and reading and cancelling jobs (`scontrol`,
+`sacct`,
+`scancel`). It knows no database: backend/executors/slurm/poller.py submits runs' jobs and turns what Slurm says about
 them into the runs' states.
 """
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Protocol
 
 from backend.core.queue import plan_gpu_name, queue_for
 from backend.core.settings import Settings
-from backend.executors.jobscript import JobRequest, check_name, check_time
+from backend.executors.slurm.jobscript import JobRequest, check_name, check_time
 from plan.launch import stop_grace_s
 from plan.model import Plan
 

@@ -1,6 +1,6 @@
 """Background duties of the API: mark runs whose heartbeat stopped as `lost`, re-send queued runs whose
 message may be gone (broker flushed or restarted), and raise the `stalled` alert of running runs with no step for
-their `run.stall_after_s` (backend/runs/alerts.py), and delete browser-session tokens that were signed out or
+their `run.stall_after_s` (backend/alerts/service.py), and delete browser-session tokens that were signed out or
 expired (backend/auth/service.purge_sessions). All are safe to repeat: the worker's claim in the
 database lets only one delivery start a run, and a run has one alert of each kind."""
 from __future__ import annotations
@@ -11,11 +11,13 @@ from datetime import timedelta
 
 from sqlalchemy import select
 
+from backend.alerts import service as alerts
 from backend.auth.service import purge_sessions
 from backend.core.db import session_scope
 from backend.core.instruments import RUNS_REAPED, RUNS_RESENT
 from backend.core.settings import Settings
-from backend.runs import alerts, executors, transitions
+from backend.executors import registry as executors
+from backend.runs import transitions
 from backend.runs.models import Run
 from backend.runs.service import enqueue
 from backend.runs.states import ACTIVE, RunState
@@ -30,7 +32,7 @@ def reap_lost(lost_after_s: float) -> list[int]:
     active = [st.value for st in ACTIVE]
     lost, retried = [], []
     with session_scope() as s:
-        # only the executors that beat a heartbeat (Slurm knows whether a job lives: backend/runs/executors.py)
+        # only the executors that beat a heartbeat (Slurm knows whether a job lives: backend/executors/registry.py)
         for run in s.scalars(select(Run).where(Run.state.in_(active), Run.heartbeat_at < cutoff,
                                                Run.executor.in_(executors.reaped()))
                              .with_for_update(skip_locked=True)):

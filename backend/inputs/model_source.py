@@ -22,7 +22,7 @@ from pathlib import Path
 
 from backend.core.errors import UserError
 from backend.core.settings import Settings
-from backend.runs.guard import HUB_ID, check_path_length, expand_user, resolve_allowed
+from backend.inputs.paths import HUB_ID, check_path_length, expand_user, resolve_allowed
 from plan import catalog
 from plan.model import Plan
 

@@ -7,9 +7,7 @@ A probe is minutes of the plan's GPUs and carries no data or weights of the user
 approval. A plan whose queue no worker serves is refused at once (409), not queued to wait."""
 from __future__ import annotations
 
-import json
 import logging
-from pathlib import Path
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -18,25 +16,22 @@ from backend.auth.service import Principal
 from backend.core.errors import UserError
 from backend.core.queue import plan_gpu_name, queue_for, workers_on
 from backend.core.settings import get_settings
-from backend.plans.models import Plan as PlanRow
+from backend.executors.registry import executor_name
 from backend.plans.schemas import ProbeRequest
 from backend.plans.service import get_plan, valid_or_422
 from backend.runs import transitions
-from backend.runs.executors import executor_name
 from backend.runs.models import Run
+from backend.runs.service import enqueue
 from backend.runs.states import RunState
 from plan.model import Plan
 from plan.probe import DEPTHS
 
 log = logging.getLogger(__name__)
-RESULT = "probe.json"  # worker/probe.py writes it in the run directory
 
 
 def submit_probe(session: Session, plan_id: int, body: ProbeRequest, by: Principal) -> Run:
     """A probe run of the stored plan, queued (422 naming the field for a plan or depth that cannot be probed, 409
     when no worker serves the plan's queue)."""
-    from backend.runs.service import enqueue
-
     stored = get_plan(session, plan_id)
     # the stored plan without its run section, before it is validated: a probe brings its own (worker/probe.py)
     plan = valid_or_422({k: v for k, v in stored.spec.items() if k != "run"})
@@ -85,42 +80,3 @@ def _layers(plan: Plan) -> int:
     v = planner.validate(plan)
     assert v.spec is not None
     return v.spec.model.num_hidden_layers
-
-
-def record_probe(session: Session, run: Run) -> dict | None:
-    """Store a finished probe's result with its plan and in the calibration store; None without a result."""
-    from backend.calibration.service import record_measured
-
-    path = Path(run.run_dir or "") / RESULT
-    try:
-        result = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    result["run_id"] = run.id
-    row = session.get(PlanRow, run.plan_id) if run.plan_id is not None else None
-    if row is not None:
-        row.probe = result
-    measured = {q: result["extrapolated"].get(q) for q in ("peak_allocated_gib", "reserved_gib", "device_total_gib",
-                                                            "tokens_per_s")}
-    plan = run.plan.model_copy(update={"run": None}).effective()  # the calibration store keeps the plan's JSON
-    record_measured(session, "probe", f"probe run {run.id}", plan, measured, run.id,
-                    gpu="cpu" if result.get("device") != "cuda" else None)
-    session.commit()
-    return result
-
-
-def tight_without_probe(session: Session, run: Run) -> str | None:
-    """Why a run may not be approved yet under ULAB_APPROVE_TIGHT_NEEDS_PROBE: its planner verdict is `tight` and its
-    plan has no probe that measured it fitting; None otherwise (also where the estimate states no verdict)."""
-    if not get_settings().approve_tight_needs_probe or run.kind == "probe":
-        return None
-    verdict = ((run.estimate or {}).get("memory") or {}).get("verdict")
-    if verdict != "tight":
-        return None
-    row = session.get(PlanRow, run.plan_id) if run.plan_id is not None else None
-    measured = ((row.probe if row is not None else None) or {}).get("verdict") or {}
-    if measured.get("fits") is True:
-        return None
-    why = measured.get("text") or "it has not been probed"
-    return (f"the planner's verdict is tight and approving a tight plan needs a passing probe "
-            f"(ULAB_APPROVE_TIGHT_NEEDS_PROBE): {why}; measure the plan first (POST /api/plans/{run.plan_id}/probe)")

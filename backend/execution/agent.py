@@ -1,7 +1,7 @@
 """The one seam between the workers and the service: everything a Celery worker (worker/tasks.py), a node of a gang
 (worker/gang.py), a node of a Slurm job (worker/slurm_job.py) and the tracker forwarder (worker/trackers.py) do to
 a run goes through `RunAgent`: claim, start, heartbeat, node registration, finish (which stores a probe's result
-and the calibration point, backend/runs/outcome.py), the worker's credentials and its capabilities report.
+and the calibration point, backend/execution/outcome.py), the worker's credentials and its capabilities report.
 
 `RunAgent` is the interface; `SqlRunAgent` implements it on the database (every state change through
 backend/runs/transitions.py), which is how workers reach the service today. A worker that may not reach the
@@ -22,16 +22,17 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from backend.alerts import service as alerts
 from backend.auth.service import worker_token
 from backend.core.db import session_scope
 from backend.core.logs import tail_lines
 from backend.core.queue import EXECUTE_RUN, broker_config, broker_url, queue_for
 from backend.core.settings import get_settings
+from backend.execution.outcome import end_attempt
 from backend.metrics.models import MetricPoint
-from backend.runs import alerts, transitions
+from backend.runs import transitions
 from backend.runs.models import Run
 from backend.runs.nodes import RunNode
-from backend.runs.outcome import end_attempt
 from backend.runs.states import ACTIVE, TERMINAL, RunState
 from backend.workers import service as workers
 from plan.model import Plan

@@ -1,4 +1,4 @@
-"""Alerts of a run (run_alerts): raised at metric ingest by backend/runs/alerts.py, one per kind and attempt (the
+"""Alerts of a run (run_alerts): raised at metric ingest by backend/alerts/service.py, one per kind and attempt (the
 rules re-arm on every attempt)."""
 from __future__ import annotations
 

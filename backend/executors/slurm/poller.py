@@ -1,4 +1,5 @@
-"""The Slurm executor's run side: an approved run becomes one sbatch job (backend/executors/slurm.py makes and reads
+"""The Slurm executor's run side: an approved run becomes one sbatch job (backend/executors/slurm/submit.py makes and
+reads
 it), and this poller in the API process turns what Slurm says about the job into the run's state (every change
 through backend/runs/transitions.py).
 
@@ -36,8 +37,9 @@ from sqlalchemy import and_, or_, select
 from backend.core.db import session_scope
 from backend.core.logs import tail_lines
 from backend.core.settings import Settings, get_settings
-from backend.executors.jobscript import render
-from backend.executors.slurm import (
+from backend.execution.outcome import end_attempt
+from backend.executors.slurm.jobscript import render
+from backend.executors.slurm.submit import (
     LOST,
     RUNNING,
     SLURM_TIMEOUT_S,
@@ -52,7 +54,6 @@ from backend.executors.slurm import (
 )
 from backend.runs import transitions
 from backend.runs.models import Run
-from backend.runs.outcome import end_attempt
 from backend.runs.states import ACTIVE, TERMINAL, RunState
 from plan.launch import stop_grace_s
 
@@ -112,7 +113,7 @@ def submit_if_needed(run_id: int, settings: Settings) -> str | None:
 
 
 def submit(run: Run) -> None:
-    """The executor's submit (backend/runs/executors.py): sbatch now; the poller tries again if this fails."""
+    """The executor's submit (backend/executors/registry.py): sbatch now; the poller tries again if this fails."""
     submit_if_needed(run.id, get_settings())
 
 

@@ -1,4 +1,4 @@
-"""HTTP: a run's metric ingest in batches (its alerts raised on the way, backend/runs/alerts.py), the bucketed chart
+"""HTTP: a run's metric ingest in batches (its alerts raised on the way, backend/alerts/service.py), the bucketed chart
 query (backend/metrics/), the CSV export, and the live Server-Sent Events stream."""
 import asyncio
 import csv
@@ -10,6 +10,7 @@ from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import func, select
 from sse_starlette.sse import EventSourceResponse
 
+from backend.alerts import service as alerts
 from backend.api.deps import RowId, SessionDep
 from backend.auth.deps import Ingester, Reader
 from backend.auth.roles import Role
@@ -18,7 +19,6 @@ from backend.core.instruments import POINTS_INGESTED, SSE_CLIENTS
 from backend.metrics import chart, service
 from backend.metrics.models import MetricPoint
 from backend.metrics.schemas import Accepted, MetricQueryOut, PointsIn
-from backend.runs import alerts
 from backend.runs.schemas import RunOut
 from backend.runs.service import get_run, require_run, require_writable_run
 from backend.runs.states import TERMINAL, RunState

@@ -12,7 +12,7 @@
                             the last checked step a median tokens/s below `min_tokens_per_s_fraction` of the
                             planner's; it always stops the run (that is what the gate is for);
 
-and by the API's supervision loop (`check_stalls`, backend/runs/lifecycle.py):
+and by the API's supervision loop (`check_stalls`, backend/execution/reaper.py):
 
   stalled                   a running run with no step for `run.stall_after_s` seconds.
 
@@ -44,11 +44,11 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from backend.alerts.models import RunAlert
 from backend.core.db import session_scope
 from backend.metrics.models import MetricPoint
 from backend.metrics.schemas import PointIn
 from backend.runs import transitions
-from backend.runs.alert_rows import RunAlert
 from backend.runs.models import Run
 from backend.runs.states import ACTIVE, RunState
 from plan.guardrails import DIVERGENCE_FROM, WATCHED, WHAT, Divergence, non_finite, stop_reason

@@ -3,8 +3,8 @@ metrics), and what the API must run beside it. Adding an executor is one entry h
 backend/executors/).
 
 - celery: a message on the run's GPU queue (backend/executors/celery.py); a worker claims the run and beats its
-  heartbeat, so the API's reaper marks it lost when the beats stop (backend/runs/lifecycle.py).
-- slurm: one sbatch job per attempt; the Slurm poller (backend/runs/slurm_poller.py) follows the job and moves the
+  heartbeat, so the API's reaper marks it lost when the beats stop (backend/execution/reaper.py).
+- slurm: one sbatch job per attempt; the Slurm poller (backend/executors/slurm/poller.py) follows the job and moves the
   run, so the reaper leaves it alone (Slurm knows whether the job lives).
 
 A GPU queue's executor is ULAB_EXECUTOR_<QUEUE> (celery when unset)."""
@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 from backend.core.queue import plan_gpu_name, queue_for
 from backend.core.settings import Settings
 from backend.executors import celery
-from backend.runs import slurm_poller
+from backend.executors.slurm import poller as slurm_poller
 from backend.runs.models import Run
 from backend.runs.nodes import RunNode
 from backend.runs.states import RunState

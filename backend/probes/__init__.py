@@ -1,0 +1,1 @@
+"""Probe runs: a stored plan trained for a few steps at reduced depth, measured and extrapolated."""
