@@ -105,6 +105,7 @@ run: install frontend
 	@token=$$($(BIN)/ulab token create --role admin --name local-admin --file var/admin-token --reuse) && \
 	echo "Ulysses Lab is starting: http://$(HOST):$(PORT)/#/signin?token=$$token" && \
 	echo "  (admin token kept in var/admin-token; API docs at http://$(HOST):$(PORT)/docs; Ctrl-C stops it)"
+	@$(BIN)/ulab token create --role worker --name local-worker --all-queues --file var/worker-token --reuse >/dev/null
 	@ULAB_API_URL=http://$(HOST):$(PORT) $(BIN)/ulab worker --loglevel warning & worker=$$!; \
 	trap 'kill $$worker 2>/dev/null; wait $$worker 2>/dev/null' EXIT INT TERM; \
 	ULAB_API_URL=http://$(HOST):$(PORT) $(BIN)/ulab serve --no-migrate --host $(HOST) --port $(PORT)

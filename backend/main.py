@@ -18,6 +18,7 @@ from backend.monitoring.middleware import RequestLatency
 from backend.monitoring.router import router as monitoring_router
 from backend.plans.router import router as plans_router
 from backend.runs import executors
+from backend.runs.agent_router import router as agent_router
 from backend.runs.lifecycle import supervise_forever
 from backend.runs.metrics_router import router as metrics_router
 from backend.runs.router import plan_probes
@@ -81,6 +82,7 @@ def create_app() -> FastAPI:
     app.include_router(calibration_router)
     app.include_router(monitoring_router)
     app.include_router(workers_router)
+    app.include_router(agent_router)
 
     @app.get("/api/health", tags=["meta"])
     async def health() -> dict:

@@ -7,6 +7,7 @@ from backend.calibration import models as _calibration  # noqa: F401
 from backend.core.db import Base
 from backend.metrics import models as _metrics  # noqa: F401  (register tables on Base.metadata)
 from backend.plans import models as _plans  # noqa: F401
+from backend.runs import attempt_tokens as _attempt_tokens  # noqa: F401
 from backend.runs import attempts as _attempts  # noqa: F401
 from backend.runs import models as _runs  # noqa: F401
 from backend.runs import nodes as _nodes  # noqa: F401

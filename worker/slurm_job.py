@@ -24,7 +24,7 @@ from worker.probe import REQUEST as PROBE_REQUEST
 from worker.probe import probe_command
 from worker.process import AttemptProcesses, start_group
 from worker.shipper import MetricShipper
-from worker.supervise import LOG_TAIL_LINES, stop_wait_s, trainer_command, watch_and_ship
+from worker.supervise import LOG_TAIL_LINES, stop_wait_s, trainer_command, trainer_env, watch_and_ship
 from worker.trainer.attempt import attempt_tag, lock_file, previous_attempt
 from worker.trainer.exits import EXIT_BAD_INPUT, EXIT_OOM, says_out_of_memory
 
@@ -109,9 +109,9 @@ def run_job(plan_path: Path) -> int:
     cmd = trainer_command(plan_path, run_dir, attempt, resume_from, resume=resume)
     if (run_dir / PROBE_REQUEST).exists():  # a run of kind "probe" (backend/runs/slurm_poller.py wrote it)
         cmd = probe_command(plan_path, run_dir, json.loads((run_dir / PROBE_REQUEST).read_text()))
-    procs = AttemptProcesses(start_group(cmd, log_path, env=env), lock, attempt)
+    procs = AttemptProcesses(start_group(cmd, log_path, env=trainer_env(env)), lock, attempt)
     agent = get_agent()
-    shipper = MetricShipper(run_dir, settings.api_url, run_id, agent.credentials().token)
+    shipper = MetricShipper(run_dir, settings.api_url, run_id, settings.attempt_token)
 
     def beat() -> bool:  # cancel reaches the job through scancel, never through the heartbeat
         if node_rank == 0:

@@ -10,7 +10,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,16 @@ def trainer_command(plan_path: Path, run_dir: Path, attempt: int, resume_from: s
         if resume_from:
             cmd += ["--resume-from", resume_from]
     return cmd
+
+
+# What the worker holds and its trainer must not: the trainer reaches no service (the worker ships its metrics).
+WORKER_SECRETS = ("ULAB_DATABASE_URL", "ULAB_BROKER_URL", "ULAB_REDIS_PASSWORD", "ULAB_WORKER_TOKEN",
+                  "ULAB_ATTEMPT_TOKEN")
+
+
+def trainer_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment the trainer's processes start with: the worker's, without its credentials."""
+    return {k: v for k, v in env.items() if k not in WORKER_SECRETS}
 
 
 def exit_state(code: int, cancelled: bool, log_tail: str) -> RunState:

@@ -1,4 +1,5 @@
-"""The run lifecycle on a worker: claim the run through the seam (backend/runs/agent.py), launch the trainer
+"""The run lifecycle on a worker: claim the run through the seam (backend/runs/agent.py, the service's agent API over
+HTTP; the claim carries the attempt's token, which the shipper presents too), launch the trainer
 (`ulab train`, which starts torchrun and the ranks) tagged with the run directory's lock and the attempt, heartbeat,
 ship metrics, watch for cancel, stop every process of the attempt, record the exit (worker/supervise.py holds what
 the Slurm job shares of this)."""
@@ -26,6 +27,7 @@ from worker.supervise import (
     stop_wait_s,
     stopped_on_error,
     trainer_command,
+    trainer_env,
     watch_and_ship,
 )
 from worker.trainer.attempt import attempt_tag, lock_file
@@ -42,12 +44,12 @@ def execute_run(run_id: int, node_rank: int = 0) -> str:
     settings, agent = get_settings(), get_agent()
     worker = f"{socket.gethostname()}:{os.getpid()}"
     if node_rank == 0:
-        run = agent.claim(run_id, worker, token_id=agent.credentials().token_id)
+        run = agent.claim(run_id, worker)
         if run is None:
             log.info("run %s is not queued (already claimed, cancelled or unknown): nothing to do", run_id)
             return "skipped"
         return supervise(run, settings)
-    run = gang.claim_node(run_id, node_rank, worker, token_id=agent.credentials().token_id)
+    run = gang.claim_node(run_id, node_rank, worker)
     if run is None:
         log.info("run %s node %s is claimed already or the run is over: nothing to do", run_id, node_rank)
         return "skipped"
@@ -79,7 +81,8 @@ def launch(run: Claim, settings: Settings, node_rank: int, rdzv_endpoint: str | 
     lock = lock_file(run_dir, node_rank)
     words = last_words_file(run.id, run.attempt, node_rank)
     words.unlink(missing_ok=True)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", **attempt_tag(lock, run.attempt), LAST_WORDS_ENV: str(words)}
+    env = {**trainer_env(os.environ), "PYTHONUNBUFFERED": "1", **attempt_tag(lock, run.attempt),
+           LAST_WORDS_ENV: str(words)}
     if rdzv_endpoint:
         env.update(ULAB_RDZV_ENDPOINT=rdzv_endpoint, ULAB_NODE_RANK=str(node_rank),
                    ULAB_RDZV_ID=f"ulab-run{run.id}-attempt{run.attempt}")
@@ -106,7 +109,7 @@ def supervise(run: Claim, settings: Settings) -> str:
     procs, run_dir, log_path = launch(run, settings, 0, endpoint)
     with stopped_on_error(procs, settings):
         agent.start(run.id, run.attempt, str(run_dir))
-        shipper = MetricShipper(run_dir, settings.api_url, run.id, agent.credentials().token)
+        shipper = MetricShipper(run_dir, settings.api_url, run.id, run.token)
     mirror = trackers.forwarder_for(run.id, run.plan, run_dir, settings)  # run.report_to: its own thread
     if mirror is not None:
         mirror.start()  # goes on after the run until every tracker has everything, the final state included
@@ -146,7 +149,7 @@ def supervise_node(run: Claim, node_rank: int, settings: Settings) -> str:
     procs, run_dir, _ = launch(run, settings, node_rank, endpoint)
     # c10d may place global rank 0 (the metrics writer) on any node: every node ships what it finds.
     with stopped_on_error(procs, settings):
-        shipper = MetricShipper(run_dir, settings.api_url, run.id, get_agent().credentials().token)
+        shipper = MetricShipper(run_dir, settings.api_url, run.id, run.token)
     code, _, _, _ = watch_and_ship(procs, shipper, lambda: gang.node_heartbeat(run.id, run.attempt, node_rank),
                                    settings, stop_wait_s(run.spec, settings))
     last_words_file(run.id, run.attempt, node_rank).unlink(missing_ok=True)  # node 0 reports the run's reason

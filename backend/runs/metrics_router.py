@@ -4,21 +4,24 @@ import asyncio
 import csv
 import io
 import json
+from typing import Annotated
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import func, select
 from sse_starlette.sse import EventSourceResponse
 
 from backend.api.deps import RowId, SessionDep
-from backend.auth.deps import Ingester, Reader
-from backend.auth.roles import Role
+from backend.auth.deps import Reader, presented_token, requires
+from backend.auth.roles import Permission, Role
+from backend.auth.service import Principal
 from backend.core.db import get_sessionmaker
 from backend.core.instruments import POINTS_INGESTED, SSE_CLIENTS
 from backend.metrics import chart, service
 from backend.metrics.models import MetricPoint
 from backend.metrics.schemas import Accepted, MetricQueryOut, PointsIn
-from backend.runs import alerts
+from backend.runs import alerts, attempt_tokens
+from backend.runs.agent_router import attempt_principal
 from backend.runs.schemas import RunOut
 from backend.runs.service import get_run, require_run, require_writable_run
 from backend.runs.states import TERMINAL, RunState
@@ -27,8 +30,17 @@ router = APIRouter(prefix="/api/runs/{run_id}", tags=["metrics"])
 POLL_S = 0.25  # how often the stream looks for new rows; a point reaches the page within this + shipping
 
 
+async def metrics_writer(request: Request) -> Principal:
+    """A worker's attempt token (backend/runs/attempt_tokens.py), or an API token that may ingest (an admin's)."""
+    token = presented_token(request)
+    if token is not None and token.startswith(attempt_tokens.PREFIX):
+        return await attempt_principal(request)
+    return await requires(Permission.INGEST)(request)
+
+
 @router.post("/metrics")
-def ingest(run_id: RowId, body: PointsIn, session: SessionDep, by: Ingester) -> Accepted:
+def ingest(run_id: RowId, body: PointsIn, session: SessionDep,
+           by: Annotated[Principal, Depends(metrics_writer)]) -> Accepted:
     """Store a batch of points; idempotent on (run, rank, step, name), so the worker may resend. A worker writes
     only the runs it claimed; nobody writes a run that ended over a minute ago (409)."""
     run = require_writable_run(session, run_id, by)

@@ -50,7 +50,7 @@ from backend.executors.slurm import (
     run_dir_of,
     scancel,
 )
-from backend.runs import transitions
+from backend.runs import attempt_tokens, transitions
 from backend.runs.models import Run
 from backend.runs.outcome import end_attempt
 from backend.runs.states import ACTIVE, TERMINAL, RunState
@@ -90,10 +90,12 @@ def submit_if_needed(run_id: int, settings: Settings) -> str | None:
             return None
         script_path = run_dir / f"job-attempt{run.attempt}.sh"
         script_path.write_text(script)
+        with session_scope() as s:
+            token = attempt_tokens.mint(s, run.id, run.attempt)
         try:
             r = subprocess.run(["sbatch", "--parsable", "--chdir", str(run_dir),
                                 "--output", str(run_dir / "slurm-%j.out"), str(script_path)],
-                               capture_output=True, text=True, timeout=SLURM_TIMEOUT_S, env=job_env(settings))
+                               capture_output=True, text=True, timeout=SLURM_TIMEOUT_S, env=job_env(settings, token))
         except (OSError, subprocess.TimeoutExpired) as e:
             log.warning("run %s: sbatch failed (%s); trying again on the next poll", run.id, e)
             return None
@@ -107,6 +109,8 @@ def submit_if_needed(run_id: int, settings: Settings) -> str | None:
         if not transitions.slurm_submitted(run.id, run.attempt, job_id):
             scancel(job_id)
             return None
+        with session_scope() as s:
+            attempt_tokens.bind_job(s, token, job_id)
         log.info("run %s attempt %s: Slurm job %s", run.id, run.attempt, job_id)
         return job_id
 
