@@ -14,16 +14,18 @@ from pathlib import Path
 from backend.core.settings import Settings, get_settings
 from backend.runs.agent import EXECUTE_RUN, Claim, RunState, get_agent, tail_lines
 from plan.model import Plan
+from plan.outcome import OUTCOME_ENV, OUTCOME_FILE, STOP_RULES, clear_outcome
 from worker import gang, trackers
 from worker.celery_app import celery_app
 from worker.process import AttemptProcesses, start_group
 from worker.shipper import MetricShipper
 from worker.supervise import (
     LOG_TAIL_LINES,
-    attempt_cause,
+    attempt_outcome,
     exit_state,
     failure_reason,
     last_words_file,
+    outcome_file,
     stop_wait_s,
     stopped_on_error,
     trainer_command,
@@ -31,7 +33,7 @@ from worker.supervise import (
     watch_and_ship,
 )
 from worker.trainer.attempt import attempt_tag, lock_file
-from worker.trainer.exits import EXIT_STOPPED, LAST_WORDS_ENV
+from worker.trainer.exits import LAST_WORDS_ENV
 from worker.trainer.guard import read_stopped
 
 log = logging.getLogger(__name__)
@@ -79,10 +81,11 @@ def launch(run: Claim, settings: Settings, node_rank: int, rdzv_endpoint: str | 
     except OSError as e:  # a full disk: the trainer will fail too, and say why in its last words
         log.warning("run %s: could not write %s: %s", run.id, log_path, e)
     lock = lock_file(run_dir, node_rank)
-    words = last_words_file(run.id, run.attempt, node_rank)
+    words, outcome = last_words_file(run.id, run.attempt, node_rank), outcome_file(run.id, run.attempt, node_rank)
     words.unlink(missing_ok=True)
+    clear_outcome(run_dir, [run_dir / OUTCOME_FILE, outcome])  # an earlier attempt's record is not this one's
     env = {**trainer_env(os.environ), "PYTHONUNBUFFERED": "1", **attempt_tag(lock, run.attempt),
-           LAST_WORDS_ENV: str(words)}
+           LAST_WORDS_ENV: str(words), OUTCOME_ENV: str(outcome)}
     if rdzv_endpoint:
         env.update(ULAB_RDZV_ENDPOINT=rdzv_endpoint, ULAB_NODE_RANK=str(node_rank),
                    ULAB_RDZV_ID=f"ulab-run{run.id}-attempt{run.attempt}")
@@ -116,16 +119,17 @@ def supervise(run: Claim, settings: Settings) -> str:
     code, stopped, shipped, left = watch_and_ship(
         procs, shipper, lambda: agent.heartbeat(run.id, run.attempt, shipper.last_step), settings,
         stop_wait_s(run.spec, settings))
-    rule = read_stopped(run_dir, run.attempt) if code == EXIT_STOPPED else None
+    outcome = attempt_outcome(run_dir, code, run.id, run.attempt)
+    rule = read_stopped(run_dir, run.attempt) if outcome.cause in STOP_RULES else None
     if rule is not None:  # the same alert row the API raises from the shipped metrics, unless it has already
         agent.trainer_stopped(run.id, run.attempt, rule["kind"], int(rule["step"]), str(rule["message"]))
     log_tail = "\n".join(tail_lines(log_path, LOG_TAIL_LINES))
-    words = last_words_file(run.id, run.attempt, 0)
-    cause = attempt_cause(log_path, words) if code not in (0, EXIT_STOPPED) and not stopped else None
-    words.unlink(missing_ok=True)
-    state = exit_state(code, stopped, f"{log_tail}\n{cause or ''}")
+    last_words_file(run.id, run.attempt, 0).unlink(missing_ok=True)
+    outcome_file(run.id, run.attempt, 0).unlink(missing_ok=True)
+    state = exit_state(stopped, outcome)
     reason = None if state == RunState.SUCCEEDED else (
-        "cancelled by request" if state == RunState.CANCELLED else failure_reason(code, log_tail, cause))
+        "cancelled by request" if state == RunState.CANCELLED else failure_reason(code, log_tail,
+                                                                                  outcome.message or None))
     if not shipped:
         reason = (reason or "") + "\nsome metrics could not be shipped to the API; they remain in the run directory"
     if left:
@@ -153,6 +157,7 @@ def supervise_node(run: Claim, node_rank: int, settings: Settings) -> str:
     code, _, _, _ = watch_and_ship(procs, shipper, lambda: gang.node_heartbeat(run.id, run.attempt, node_rank),
                                    settings, stop_wait_s(run.spec, settings))
     last_words_file(run.id, run.attempt, node_rank).unlink(missing_ok=True)  # node 0 reports the run's reason
+    outcome_file(run.id, run.attempt, node_rank).unlink(missing_ok=True)
     gang.record_node_exit(run.id, run.attempt, node_rank, code)
     log.info("run %s node %s: exit code %s", run.id, node_rank, code)
     return f"node exit {code}"
