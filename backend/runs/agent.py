@@ -156,9 +156,6 @@ class HttpRunAgent:
         self.client = client or httpx.Client(base_url=settings.api_url, timeout=30.0)
         self._attempt_tokens: dict[int, str] = {}
 
-    def _worker_headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {worker_token(self.settings)}"}
-
     def attempt_token(self, run_id: int) -> str:
         """The token of the run's attempt this process acts for: the one its claim handed out, else a Slurm job's."""
         token = self._attempt_tokens.get(run_id) or self.settings.attempt_token

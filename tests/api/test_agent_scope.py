@@ -199,3 +199,16 @@ def test_a_worker_token_names_its_queues(client, tokens):
     r = client.post("/api/tokens", json={"name": "w", "role": "worker", "queues": [WORKER_QUEUE]}, headers=admin)
     assert r.status_code == 201, r.text
     assert r.json()["queues"] == [WORKER_QUEUE]
+
+
+def test_a_worker_reads_its_token_and_never_mints_one(tmp_path):
+    from backend.runs.agent import worker_token
+
+    home = tmp_path / "home"
+    with pytest.raises(AgentRefused, match="no worker token: set ULAB_WORKER_TOKEN"):
+        worker_token(Settings(home=home, worker_token=""))
+    assert not home.exists()  # nothing written, no database touched
+    home.mkdir()
+    (home / "worker-token").write_text("ulab_kept\n")
+    assert worker_token(Settings(home=home, worker_token="")) == "ulab_kept"
+    assert worker_token(Settings(home=home, worker_token="ulab_given")) == "ulab_given"

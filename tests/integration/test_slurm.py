@@ -160,7 +160,8 @@ def test_cancel_terms_the_job_then_cancels_it(slurm_stack, cluster, api, corpus)
     # the job reaches the service over HTTP with its attempt's token alone; its trainer holds no token at all
     envs = {pid: environ(pid) for pid in pids}
     job = {pid for pid in pids if b"\0job\0" in Path(f"/proc/{pid}/cmdline").read_bytes()}  # srun, `ulab job`
-    assert job and len(job) < len(pids), envs.keys()
+    assert job, envs.keys()
+    assert len(job) < len(pids), envs.keys()
     for pid, env in envs.items():
         assert not {"ULAB_DATABASE_URL", "ULAB_BROKER_URL", "ULAB_WORKER_TOKEN"} & set(env), pid
         if pid in job:
