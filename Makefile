@@ -99,13 +99,15 @@ ds-ops: install ccache
 	builders = [acc().create_op_builder(n) for n in ('CPUAdamBuilder', 'ShareMemCommBuilder')]; \
 	[b.load(verbose=False) for b in builders if b is not None and b.is_compatible()]" && touch $(DS_OPS_LOADED)
 
-# Embedded defaults: SQLite database and SQLAlchemy broker transport under var/; CPU ranks for training.
+# Embedded defaults: SQLite database and SQLAlchemy broker transport under var/; CPU ranks for training. The worker
+# speaks to the local API over HTTP, as any worker does, with the worker token kept in var/worker-token.
 run: install frontend
 	$(BIN)/ulab migrate
 	@token=$$($(BIN)/ulab token create --role admin --name local-admin --file var/admin-token --reuse) && \
 	echo "Ulysses Lab is starting: http://$(HOST):$(PORT)/#/signin?token=$$token" && \
 	echo "  (admin token kept in var/admin-token; API docs at http://$(HOST):$(PORT)/docs; Ctrl-C stops it)"
-	@ULAB_API_URL=http://$(HOST):$(PORT) $(BIN)/ulab worker --loglevel warning & worker=$$!; \
+	@$(BIN)/ulab token create --role worker --name local-worker --all-queues --file var/worker-token --reuse >/dev/null
+	@env -u ULAB_DATABASE_URL ULAB_API_URL=http://$(HOST):$(PORT) $(BIN)/ulab worker --loglevel warning & worker=$$!; \
 	trap 'kill $$worker 2>/dev/null; wait $$worker 2>/dev/null' EXIT INT TERM; \
 	ULAB_API_URL=http://$(HOST):$(PORT) $(BIN)/ulab serve --no-migrate --host $(HOST) --port $(PORT)
 

@@ -229,6 +229,10 @@ def token_create(
     name: str = typer.Option("cli", "--name", help="Who or what holds the token."),
     file: Path | None = typer.Option(None, "--file", help="Also write the token to this file (mode 600)."),
     reuse: bool = typer.Option(False, "--reuse", help="If --file holds a valid token already, print it instead."),
+    queue: list[str] = typer.Option([], "--queue", help="A worker token's queue (repeat for more), e.g. "
+                                    "gpu-h100-80gb: it claims runs of these queues only."),
+    all_queues: bool = typer.Option(False, "--all-queues", help="A worker token for every catalog GPU's queue "
+                                    "(what `ulab worker` without --gpu-type consumes)."),
 ) -> None:
     """Create an API token and print it (only its hash is stored)."""
     from backend.auth.roles import Role
@@ -240,12 +244,21 @@ def token_create(
     except ValueError:
         typer.echo(f"--role must be one of {', '.join(r.value for r in Role)}", err=True)
         raise typer.Exit(2) from None
+    if all_queues:
+        from backend.core.queue import queue_for
+        from plan import catalog
+
+        queue = [*queue, *(queue_for(gpu) for gpu in catalog.gpus())]
     upgrade_database()
     with get_sessionmaker()() as session:
-        if reuse and file:
-            typer.echo(token_in_file(session, file, name, role_enum)[0])
-            return
-        _, token = create_token(session, name, role_enum)
+        try:
+            if reuse and file:
+                typer.echo(token_in_file(session, file, name, role_enum, queue)[0])
+                return
+            _, token = create_token(session, name, role_enum, queue)
+        except ValueError as e:
+            typer.echo(f"--queue: {e}", err=True)
+            raise typer.Exit(2) from None
     if file:
         file.parent.mkdir(parents=True, exist_ok=True)
         file.touch(mode=0o600)

@@ -15,6 +15,7 @@ from backend.calibration.router import router as calibration_router
 from backend.core.logs import configure_service_logging
 from backend.core.settings import get_settings
 from backend.execution.reaper import supervise_forever
+from backend.execution.router import router as agent_router
 from backend.executors import registry as executors
 from backend.metrics.router import router as metrics_router
 from backend.monitoring.middleware import RequestLatency
@@ -81,6 +82,7 @@ def create_app() -> FastAPI:
     app.include_router(calibration_router)
     app.include_router(monitoring_router)
     app.include_router(workers_router)
+    app.include_router(agent_router)
 
     @app.get("/api/health", tags=["meta"])
     async def health() -> dict:

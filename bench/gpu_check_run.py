@@ -17,10 +17,21 @@ from pathlib import Path
 from bench.gpu_check_report import SmiPeak, append_row, catalog_gpu, error_pct, format_row, has, rnd, smi_used_gib
 from bench.gpu_check_rows import Row
 from bench.gpu_models import CPU_GPU, write_long_documents
+from plan.outcome import OUTCOME_FILE, Cause, Outcome, read_outcome
 from worker.trainer.offload_summary import LINE
 from worker.trainer.offload_summary import read_lines as read_offload_lines
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def row_status(code: int, outcome: Outcome | None) -> str:
+    """A row's status: "timeout" (the check stopped it, 124), "ok", "oom" when the attempt's outcome record
+    (plan/outcome.py) says so, else "exit N"."""
+    if code == 124:
+        return "timeout"
+    if code == 0:
+        return "ok"
+    return "oom" if outcome is not None and outcome.cause == Cause.OOM else f"exit {code}"
 
 
 class Check:
@@ -164,8 +175,8 @@ class Check:
             self.write(r, "skipped (time budget)", plan, [], None, None)
             return
         code, rows, out, smi, wall = self.train(r.name, plan, share_device=r.gpus > 1)
-        status = {0: "ok", 3: "oom", 124: "timeout"}.get(code, f"exit {code}")
-        problems = [] if code in (3, 124) and r.part == "sweep" else self.expect(
+        status = row_status(code, read_outcome(self.work / r.name, [self.work / r.name / OUTCOME_FILE]))
+        problems = [] if status in ("oom", "timeout") and r.part == "sweep" else self.expect(
             r.name, code, rows, out, list(range(1, r.steps + 1)))
         note = ""
         if r.training.get("checkpoint_offload") and code == 0:  # alst and alst+liger rows, suite and sweep

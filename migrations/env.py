@@ -5,6 +5,7 @@ from sqlalchemy import engine_from_config, pool
 from backend.auth import models as _auth  # noqa: F401
 from backend.calibration import models as _calibration  # noqa: F401
 from backend.core.db import Base
+from backend.execution import attempt_tokens as _attempt_tokens  # noqa: F401
 from backend.metrics import models as _metrics  # noqa: F401  (register tables on Base.metadata)
 from backend.plans import models as _plans  # noqa: F401
 from backend.runs import attempts as _attempts  # noqa: F401

@@ -131,6 +131,14 @@ def service_env(home: Path, database_url: str, broker_url: str, api_url: str, **
     return env
 
 
+WORKER_QUEUE = "gpu-h100-80gb"  # the test worker's (--gpu-type H100-80GB)
+
+
+def worker_env(env: dict) -> dict:
+    """A worker's environment: the service's without its database URL (workers speak HTTP only)."""
+    return {k: v for k, v in env.items() if k != "ULAB_DATABASE_URL"}
+
+
 class Stack:
     """The API (and optionally a Celery worker) as real processes on the given database and broker.
     Run specs may name paths under the system temp directory (where tests write their data)."""
@@ -145,14 +153,17 @@ class Stack:
                                ULAB_ALLOWED_ROOTS=tempfile.gettempdir(), **settings)
         self.admin_token = ""
         self.api = Service("api", [str(ULAB), "serve", "--port", str(self.port)], self.env, home)
+        # the worker holds no database URL: its own token (made in start) and the API's address
         self.worker = Service("worker", [str(ULAB), "worker", "--gpu-type", "H100-80GB", "--loglevel", "info"],
-                              self.env, home) if worker else None
+                              worker_env(self.env), home) if worker else None
 
     def start(self) -> Stack:
         self.api.start()
         wait_http(f"{self.url}/api/health", 60, self.api.proc, self.api.log)
         self.admin_token = self.cli("token", "create", "--role", "admin", "--name", "tests").strip()
         if self.worker:
+            self.worker.env["ULAB_WORKER_TOKEN"] = self.cli(
+                "token", "create", "--role", "worker", "--name", "tests worker", "--queue", WORKER_QUEUE).strip()
             self.worker.start()
             self.wait_worker_ready()
         return self
@@ -170,7 +181,8 @@ class Stack:
         return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
 
     def token(self, role: str) -> str:
-        r = httpx.post(f"{self.url}/api/tokens", json={"name": f"test {role}", "role": role},
+        body = {"name": f"test {role}", "role": role, "queues": [WORKER_QUEUE] if role == "worker" else []}
+        r = httpx.post(f"{self.url}/api/tokens", json=body,
                        headers={"Authorization": f"Bearer {self.admin_token}"}, timeout=30)
         r.raise_for_status()
         return r.json()["token"]

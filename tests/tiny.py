@@ -68,6 +68,12 @@ def wait_for(client: httpx.Client, run_id: int, states: set[str], timeout_s: flo
     raise TimeoutError(f"run {run_id} still {run.get('state')} after {timeout_s}s, waiting for {states}")
 
 
+def environ(pid: int) -> dict[str, str]:
+    """A process's environment as it started (/proc/PID/environ)."""
+    raw = (Path("/proc") / str(pid) / "environ").read_bytes()
+    return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
+
+
 def trainer_pids(run_dir: str) -> list[int]:
     """Processes whose command line names this run's directory (torchrun and its ranks)."""
     pids = []

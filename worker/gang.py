@@ -62,10 +62,10 @@ def publish_endpoint(run: Claim, worker: str) -> str:
     return endpoint
 
 
-def claim_node(run_id: int, node_rank: int, worker: str, token_id: int | None = None) -> Claim | None:
-    """Node k > 0: claim (run, attempt, k); None if the run is over or another delivery has the node. `token_id`
-    (the node worker's API token) may then write the run's metrics beside node 0's."""
-    return get_agent().claim_node(run_id, node_rank, worker, token_id)
+def claim_node(run_id: int, node_rank: int, worker: str) -> Claim | None:
+    """Node k > 0: claim (run, attempt, k); None if the run is over or another delivery has the node. The claim's
+    token (the node's, of the attempt) then writes the run's metrics beside node 0's."""
+    return get_agent().claim_node(run_id, node_rank, worker)
 
 
 def wait_for_endpoint(run_id: int, attempt: int) -> str | None:

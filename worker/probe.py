@@ -22,8 +22,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from plan.outcome import OUTCOME_FILE, Cause, describe_exit, read_outcome
 from plan.probe import DEPTHS, PARTS, STEPS, ProbeError, full_depth, probe_plan, summarize, text_table
-from worker.trainer.exits import describe_exit, says_out_of_memory
 from worker.trainer.probe_layout import DONE, depth_dir
 
 RESULT = "probe.json"
@@ -85,7 +85,7 @@ def prepare_depth(plan: dict, run_dir: Path) -> Path:
     from worker.trainer.cli import validate as check
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    for name in (DONE, "error.txt", "error.json", "metrics.jsonl"):
+    for name in (DONE, OUTCOME_FILE, "metrics.jsonl"):
         (run_dir / name).unlink(missing_ok=True)
     plan_path = run_dir / "plan.json"
     plan_path.write_text(json.dumps(plan, indent=1))
@@ -151,16 +151,14 @@ def launch(out: Path, depths: list[int]) -> int:
 
 
 def depth_outcome(run_dir: Path) -> tuple[str, str | None] | None:
-    """("ok", None), ("oom" | "failed", reason) from what the ranks left in OUT/depth-N; None if not reached."""
+    """("ok", None), ("oom" | "failed", reason) from what the ranks left in OUT/depth-N (its outcome record,
+    plan/outcome.py); None if not reached."""
     if (run_dir / DONE).exists():
         return "ok", None
-    err = run_dir / "error.txt"
-    text = err.read_text(errors="replace").strip() if err.exists() else ""
-    if not text:
+    found = read_outcome(run_dir, [run_dir / OUTCOME_FILE])
+    if found is None:
         return None
-    reason = text.splitlines()[-1]
-    oom = (run_dir / "error.json").exists() or any(says_out_of_memory(line) for line in text.splitlines())
-    return ("oom" if oom else "failed"), reason
+    return ("oom" if found.cause == Cause.OOM else "failed"), found.message
 
 
 def _log_tail(out: Path) -> str:

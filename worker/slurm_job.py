@@ -19,14 +19,15 @@ import sys
 from pathlib import Path
 
 from backend.core.settings import get_settings
-from backend.execution.agent import get_agent, tail_lines
+from backend.execution.agent import get_agent
+from plan.outcome import clear_outcome
 from worker.probe import REQUEST as PROBE_REQUEST
 from worker.probe import probe_command
 from worker.process import AttemptProcesses, start_group
 from worker.shipper import MetricShipper
-from worker.supervise import LOG_TAIL_LINES, stop_wait_s, trainer_command, watch_and_ship
+from worker.supervise import stop_wait_s, trainer_command, trainer_env, watch_and_ship
 from worker.trainer.attempt import attempt_tag, lock_file, previous_attempt
-from worker.trainer.exits import EXIT_BAD_INPUT, EXIT_OOM, says_out_of_memory
+from worker.trainer.exits import EXIT_BAD_INPUT
 
 log = logging.getLogger(__name__)
 _GROUP = re.compile(r"^([^\[,]*)\[([^\]]*)\](.*)$")
@@ -109,9 +110,11 @@ def run_job(plan_path: Path) -> int:
     cmd = trainer_command(plan_path, run_dir, attempt, resume_from, resume=resume)
     if (run_dir / PROBE_REQUEST).exists():  # a run of kind "probe" (backend/executors/slurm/poller.py wrote it)
         cmd = probe_command(plan_path, run_dir, json.loads((run_dir / PROBE_REQUEST).read_text()))
-    procs = AttemptProcesses(start_group(cmd, log_path, env=env), lock, attempt)
+    if node_rank == 0:
+        clear_outcome(run_dir)  # an earlier start's record is not this one's
+    procs = AttemptProcesses(start_group(cmd, log_path, env=trainer_env(env)), lock, attempt)
     agent = get_agent()
-    shipper = MetricShipper(run_dir, settings.api_url, run_id, agent.credentials().token)
+    shipper = MetricShipper(run_dir, settings.api_url, run_id, settings.attempt_token)
 
     def beat() -> bool:  # cancel reaches the job through scancel, never through the heartbeat
         if node_rank == 0:
@@ -124,7 +127,5 @@ def run_job(plan_path: Path) -> int:
         log.warning("run %s: some metrics could not be shipped; they remain in %s", run_id, run_dir)
     if left:
         log.warning("run %s: processes %s survived SIGKILL", run_id, ", ".join(map(str, left)))
-    if code not in (0, EXIT_OOM) and says_out_of_memory("\n".join(tail_lines(log_path, LOG_TAIL_LINES))):
-        code = EXIT_OOM
-    return code
+    return code  # the attempt's record (RUN_DIR/outcome.json) says why; the API's poller reads it
 

@@ -10,7 +10,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -18,9 +18,9 @@ from typing import Any
 from backend.core.settings import Settings
 from backend.execution.agent import RunState
 from plan.launch import stop_grace_s
+from plan.outcome import OUTCOME_FILE, STOP_RULES, Cause, Outcome, describe_exit, read_outcome, without_record
 from worker.process import AttemptProcesses
 from worker.shipper import MetricShipper
-from worker.trainer.exits import EXIT_OOM, EXIT_STOPPED, attempt_lines, describe_exit, known_cause, says_out_of_memory
 
 log = logging.getLogger(__name__)
 TICK_S = 0.5
@@ -42,14 +42,35 @@ def trainer_command(plan_path: Path, run_dir: Path, attempt: int, resume_from: s
     return cmd
 
 
-def exit_state(code: int, cancelled: bool, log_tail: str) -> RunState:
+# What the worker holds and its trainer must not: the trainer reaches no service (the worker ships its metrics).
+WORKER_SECRETS = ("ULAB_DATABASE_URL", "ULAB_BROKER_URL", "ULAB_REDIS_PASSWORD", "ULAB_WORKER_TOKEN",
+                  "ULAB_ATTEMPT_TOKEN")
+
+
+def trainer_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment the trainer's processes start with: the worker's, without its credentials."""
+    return {k: v for k, v in env.items() if k not in WORKER_SECRETS}
+
+
+def exit_state(cancelled: bool, outcome: Outcome) -> RunState:
+    """The run's state from the attempt's outcome record (plan/outcome.py)."""
     if cancelled:
         return RunState.CANCELLED
-    if code == 0:
+    if outcome.cause == Cause.COMPLETED and outcome.exit_code == 0:
         return RunState.SUCCEEDED
-    if code == EXIT_STOPPED:  # the trainer stopped itself on a stop rule (worker/trainer/guard.py)
+    if outcome.cause in STOP_RULES:  # the trainer stopped itself on a stop rule (worker/trainer/guard.py)
         return RunState.STOPPED
-    return RunState.OOM if code == EXIT_OOM or says_out_of_memory(log_tail) else RunState.FAILED
+    return RunState.OOM if outcome.cause == Cause.OOM else RunState.FAILED
+
+
+def attempt_outcome(run_dir: Path, code: int, run_id: int, attempt: int, node_rank: int = 0) -> Outcome:
+    """The attempt's record: the trainer's (in the run directory, or where the worker told it to keep one, which a
+    full disk does not swallow); the exit code alone when the trainer left none (killed before it wrote one). A
+    record that says the attempt completed while the trainer's exit code says otherwise is not taken."""
+    found = read_outcome(run_dir, [run_dir / OUTCOME_FILE, outcome_file(run_id, attempt, node_rank)])
+    if found is None or (found.cause == Cause.COMPLETED) != (code == 0):
+        return without_record(code)
+    return found
 
 
 class Heartbeat:
@@ -153,8 +174,8 @@ _TORCHRUN_FAILURE = re.compile(r"^\s*rank\s*:\s*(\d+).*\n(?:.*\n){0,3}?\s*exitco
 _WARNING = re.compile(r"^.*\b\w*Warning: .*$\n?(?:^(?:\[rank\d+\]: )? {2,}\S.*$\n?)?", re.MULTILINE)
 
 
-# ulab-run<id>-attempt<n>-node<k>-<pid of the worker>.last-words
-_LAST_WORDS = re.compile(r"^ulab-run\d+-attempt\d+-node\d+-(\d+)\.last-words$")
+# ulab-run<id>-attempt<n>-node<k>-<pid of the worker>.last-words (and .outcome)
+_LAST_WORDS = re.compile(r"^ulab-run\d+-attempt\d+-node\d+-(\d+)\.(?:last-words|outcome)$")
 
 
 def last_words_dir() -> Path:
@@ -168,6 +189,12 @@ def last_words_file(run_id: int, attempt: int, node_rank: int) -> Path:
     the run directory, so a full run disk cannot swallow them. Named with the worker's pid: the worker removes it
     when the attempt ends, and a worker that was killed outright leaves it to `remove_stale_last_words`."""
     return last_words_dir() / f"ulab-run{run_id}-attempt{attempt}-node{node_rank}-{os.getpid()}.last-words"
+
+
+def outcome_file(run_id: int, attempt: int, node_rank: int) -> Path:
+    """Where the attempt's processes also keep its outcome record (OUTCOME_ENV): beside its last words, outside the
+    run directory."""
+    return last_words_file(run_id, attempt, node_rank).with_suffix(".outcome")
 
 
 def pid_alive(pid: int) -> bool:
@@ -185,7 +212,7 @@ def remove_stale_last_words(directory: Path | None = None) -> list[Path]:
     """At a worker's start: remove the last-words files (only files of `last_words_file`'s name) whose worker's pid
     no longer runs, left by a worker killed outright (SIGKILL: it never removed its trainer's). Answers them."""
     removed = []
-    for path in sorted((directory or last_words_dir()).glob("ulab-run*.last-words")):
+    for path in sorted((directory or last_words_dir()).glob("ulab-run*-node*-*.*")):
         match = _LAST_WORDS.match(path.name)
         if match is None or pid_alive(int(match.group(1))):
             continue
@@ -201,10 +228,10 @@ def remove_stale_last_words(directory: Path | None = None) -> list[Path]:
 
 
 def failure_reason(code: int, log_tail: str, cause: str | None = None) -> str:
-    """Why the trainer ended with `code` (non-zero), one line first: the known cause found in the attempt's log
-    (`exits.known_cause`: no space left on device, out of memory, no tokenizer, a killed torchrun) when there is one,
-    with the signal or exit code and the ranks torchrun reports killed by a signal; then the log tail without
-    Python warnings (unrelated to the failure, and they crowd it out)."""
+    """Why the trainer ended with `code` (non-zero), one line first: the message of the attempt's outcome record
+    (no space left on device, out of memory, no tokenizer, a killed torchrun, a rank's error) when it has one, with
+    the signal or exit code and the ranks torchrun reports killed by a signal; then the log tail without Python
+    warnings (unrelated to the failure, and they crowd it out)."""
     ranks = [f"rank {rank} {describe_exit(int(c))}" for rank, c in _TORCHRUN_FAILURE.findall(log_tail)
              if int(c) < 0]
     head = f"the trainer was {describe_exit(code)}" if code < 0 else f"exit code {code}"
@@ -215,8 +242,3 @@ def failure_reason(code: int, log_tail: str, cause: str | None = None) -> str:
     if code < 0:  # what it printed before it was killed says nothing about why
         return head
     return f"{head}:\n{_WARNING.sub('', log_tail).strip()}"
-
-
-def attempt_cause(log_path: Path, words: Path) -> str | None:
-    """The known cause of the attempt's failure, from its whole section of the log and its last words."""
-    return known_cause(attempt_lines(log_path, words))

@@ -1,4 +1,6 @@
-"""The run lifecycle on a worker: claim the run through the seam (backend/execution/agent.py), launch the trainer
+"""The run lifecycle on a worker: claim the run through the seam (backend/execution/agent.py, the service's agent API
+over
+HTTP; the claim carries the attempt's token, which the shipper presents too), launch the trainer
 (`ulab train`, which starts torchrun and the ranks) tagged with the run directory's lock and the attempt, heartbeat,
 ship metrics, watch for cancel, stop every process of the attempt, record the exit (worker/supervise.py holds what
 the Slurm job shares of this)."""
@@ -13,23 +15,26 @@ from pathlib import Path
 from backend.core.settings import Settings, get_settings
 from backend.execution.agent import EXECUTE_RUN, Claim, RunState, get_agent, tail_lines
 from plan.model import Plan
+from plan.outcome import OUTCOME_ENV, OUTCOME_FILE, STOP_RULES, clear_outcome
 from worker import gang, trackers
 from worker.celery_app import celery_app
 from worker.process import AttemptProcesses, start_group
 from worker.shipper import MetricShipper
 from worker.supervise import (
     LOG_TAIL_LINES,
-    attempt_cause,
+    attempt_outcome,
     exit_state,
     failure_reason,
     last_words_file,
+    outcome_file,
     stop_wait_s,
     stopped_on_error,
     trainer_command,
+    trainer_env,
     watch_and_ship,
 )
 from worker.trainer.attempt import attempt_tag, lock_file
-from worker.trainer.exits import EXIT_STOPPED, LAST_WORDS_ENV
+from worker.trainer.exits import LAST_WORDS_ENV
 from worker.trainer.guard import read_stopped
 
 log = logging.getLogger(__name__)
@@ -42,12 +47,12 @@ def execute_run(run_id: int, node_rank: int = 0) -> str:
     settings, agent = get_settings(), get_agent()
     worker = f"{socket.gethostname()}:{os.getpid()}"
     if node_rank == 0:
-        run = agent.claim(run_id, worker, token_id=agent.credentials().token_id)
+        run = agent.claim(run_id, worker)
         if run is None:
             log.info("run %s is not queued (already claimed, cancelled or unknown): nothing to do", run_id)
             return "skipped"
         return supervise(run, settings)
-    run = gang.claim_node(run_id, node_rank, worker, token_id=agent.credentials().token_id)
+    run = gang.claim_node(run_id, node_rank, worker)
     if run is None:
         log.info("run %s node %s is claimed already or the run is over: nothing to do", run_id, node_rank)
         return "skipped"
@@ -77,9 +82,11 @@ def launch(run: Claim, settings: Settings, node_rank: int, rdzv_endpoint: str | 
     except OSError as e:  # a full disk: the trainer will fail too, and say why in its last words
         log.warning("run %s: could not write %s: %s", run.id, log_path, e)
     lock = lock_file(run_dir, node_rank)
-    words = last_words_file(run.id, run.attempt, node_rank)
+    words, outcome = last_words_file(run.id, run.attempt, node_rank), outcome_file(run.id, run.attempt, node_rank)
     words.unlink(missing_ok=True)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", **attempt_tag(lock, run.attempt), LAST_WORDS_ENV: str(words)}
+    clear_outcome(run_dir, [run_dir / OUTCOME_FILE, outcome])  # an earlier attempt's record is not this one's
+    env = {**trainer_env(os.environ), "PYTHONUNBUFFERED": "1", **attempt_tag(lock, run.attempt),
+           LAST_WORDS_ENV: str(words), OUTCOME_ENV: str(outcome)}
     if rdzv_endpoint:
         env.update(ULAB_RDZV_ENDPOINT=rdzv_endpoint, ULAB_NODE_RANK=str(node_rank),
                    ULAB_RDZV_ID=f"ulab-run{run.id}-attempt{run.attempt}")
@@ -106,23 +113,24 @@ def supervise(run: Claim, settings: Settings) -> str:
     procs, run_dir, log_path = launch(run, settings, 0, endpoint)
     with stopped_on_error(procs, settings):
         agent.start(run.id, run.attempt, str(run_dir))
-        shipper = MetricShipper(run_dir, settings.api_url, run.id, agent.credentials().token)
+        shipper = MetricShipper(run_dir, settings.api_url, run.id, run.token)
     mirror = trackers.forwarder_for(run.id, run.plan, run_dir, settings)  # run.report_to: its own thread
     if mirror is not None:
         mirror.start()  # goes on after the run until every tracker has everything, the final state included
     code, stopped, shipped, left = watch_and_ship(
         procs, shipper, lambda: agent.heartbeat(run.id, run.attempt, shipper.last_step), settings,
         stop_wait_s(run.spec, settings))
-    rule = read_stopped(run_dir, run.attempt) if code == EXIT_STOPPED else None
+    outcome = attempt_outcome(run_dir, code, run.id, run.attempt)
+    rule = read_stopped(run_dir, run.attempt) if outcome.cause in STOP_RULES else None
     if rule is not None:  # the same alert row the API raises from the shipped metrics, unless it has already
         agent.trainer_stopped(run.id, run.attempt, rule["kind"], int(rule["step"]), str(rule["message"]))
     log_tail = "\n".join(tail_lines(log_path, LOG_TAIL_LINES))
-    words = last_words_file(run.id, run.attempt, 0)
-    cause = attempt_cause(log_path, words) if code not in (0, EXIT_STOPPED) and not stopped else None
-    words.unlink(missing_ok=True)
-    state = exit_state(code, stopped, f"{log_tail}\n{cause or ''}")
+    last_words_file(run.id, run.attempt, 0).unlink(missing_ok=True)
+    outcome_file(run.id, run.attempt, 0).unlink(missing_ok=True)
+    state = exit_state(stopped, outcome)
     reason = None if state == RunState.SUCCEEDED else (
-        "cancelled by request" if state == RunState.CANCELLED else failure_reason(code, log_tail, cause))
+        "cancelled by request" if state == RunState.CANCELLED else failure_reason(code, log_tail,
+                                                                                  outcome.message or None))
     if not shipped:
         reason = (reason or "") + "\nsome metrics could not be shipped to the API; they remain in the run directory"
     if left:
@@ -146,10 +154,11 @@ def supervise_node(run: Claim, node_rank: int, settings: Settings) -> str:
     procs, run_dir, _ = launch(run, settings, node_rank, endpoint)
     # c10d may place global rank 0 (the metrics writer) on any node: every node ships what it finds.
     with stopped_on_error(procs, settings):
-        shipper = MetricShipper(run_dir, settings.api_url, run.id, get_agent().credentials().token)
+        shipper = MetricShipper(run_dir, settings.api_url, run.id, run.token)
     code, _, _, _ = watch_and_ship(procs, shipper, lambda: gang.node_heartbeat(run.id, run.attempt, node_rank),
                                    settings, stop_wait_s(run.spec, settings))
     last_words_file(run.id, run.attempt, node_rank).unlink(missing_ok=True)  # node 0 reports the run's reason
+    outcome_file(run.id, run.attempt, node_rank).unlink(missing_ok=True)
     gang.record_node_exit(run.id, run.attempt, node_rank, code)
     log.info("run %s node %s: exit code %s", run.id, node_rank, code)
     return f"node exit {code}"

@@ -1,5 +1,5 @@
-"""Who may call a route, as typed dependencies (Reader, Submitter, Approver, Ingester, Admin): the request's token
-(a bearer header or the browser's cookie), verified and checked for the permission."""
+"""Who may call a route, as typed dependencies (Reader, Submitter, Approver, Admin, Agent): the request's
+token (a bearer header or the browser's cookie), verified and checked for the permission."""
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -49,5 +49,5 @@ def requires(permission: Permission):
 Reader = Annotated[Principal, Depends(requires(Permission.READ))]
 Submitter = Annotated[Principal, Depends(requires(Permission.SUBMIT))]
 Approver = Annotated[Principal, Depends(requires(Permission.APPROVE))]
-Ingester = Annotated[Principal, Depends(requires(Permission.INGEST))]
 Admin = Annotated[Principal, Depends(requires(Permission.ADMIN))]
+Agent = Annotated[Principal, Depends(requires(Permission.AGENT))]  # a worker's own token

@@ -20,5 +20,7 @@ class ApiToken(Base):
     prefix: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # A worker token's queues, comma-separated (backend/core/queue.queue_for): it claims runs of these only
+    queues: Mapped[str | None] = mapped_column(String(2000), nullable=True)
     # A browser session's token: minted at sign-in for the token signed in with (this id), revoked at sign-out
     session_of: Mapped[int | None] = mapped_column(Integer, nullable=True)

@@ -9,7 +9,7 @@ class Role(StrEnum):
     SUBMITTER = "submitter"  # + store plans, submit runs, cancel their own runs
     APPROVER = "approver"    # + approve runs (and force ones that do not fit), cancel any run
     ADMIN = "admin"          # + manage tokens
-    WORKER = "worker"        # a GPU worker: read, and ship metrics
+    WORKER = "worker"        # a GPU worker: the agent API for the runs of its queues (backend/execution/router.py)
 
 
 class Permission(StrEnum):
@@ -18,6 +18,7 @@ class Permission(StrEnum):
     APPROVE = "approve"
     CANCEL_ANY = "cancel_any"
     INGEST = "ingest"
+    AGENT = "agent"
     ADMIN = "admin"
 
 
@@ -25,6 +26,8 @@ GRANTS: dict[Role, frozenset[Permission]] = {
     Role.VIEWER: frozenset({Permission.READ}),
     Role.SUBMITTER: frozenset({Permission.READ, Permission.SUBMIT}),
     Role.APPROVER: frozenset({Permission.READ, Permission.SUBMIT, Permission.APPROVE, Permission.CANCEL_ANY}),
-    Role.ADMIN: frozenset(Permission),
-    Role.WORKER: frozenset({Permission.READ, Permission.INGEST}),
+    Role.ADMIN: frozenset(set(Permission) - {Permission.AGENT}),
+    # no READ: a worker token sees no user's runs, logs or checkpoints; what it needs of the runs it holds comes
+    # through the agent API, and their metrics go in with their attempts' tokens (backend/execution/attempt_tokens.py)
+    Role.WORKER: frozenset({Permission.AGENT}),
 }

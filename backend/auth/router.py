@@ -38,7 +38,10 @@ def sign_out(request: Request, response: Response, session: SessionDep) -> None:
 
 @router.post("/tokens", status_code=201)
 def create_token(body: TokenCreate, session: SessionDep, _: Admin) -> TokenCreated:
-    row, token = service.create_token(session, body.name, body.role)
+    try:
+        row, token = service.create_token(session, body.name, body.role, body.queues)
+    except ValueError as e:
+        raise UserError(422, "queues", str(e)) from None
     return TokenCreated(**TokenOut.model_validate(row).model_dump(), token=token)
 
 

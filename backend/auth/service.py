@@ -5,7 +5,6 @@ import fcntl
 import hashlib
 import os
 import secrets
-import socket
 import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -17,16 +16,21 @@ from sqlalchemy.orm import Session
 
 from backend.auth.models import ApiToken
 from backend.auth.roles import GRANTS, Permission, Role
-from backend.core.settings import Settings
 
 TOKEN_PREFIX = "ulab_"
 
 
 @dataclass(frozen=True)
 class Principal:
-    token_id: int | None  # None: an anonymous reader (only when ULAB_OPEN_READS is on)
+    token_id: int | None  # None: an anonymous reader (ULAB_OPEN_READS), or a run's attempt token
     name: str
     role: Role
+    queues: frozenset[str] = frozenset()  # a worker token's queues
+    # an attempt token's run, attempt, node and Slurm job (backend/execution/attempt_tokens.py)
+    run_id: int | None = None
+    attempt: int | None = None
+    node_rank: int = 0
+    job_id: str | None = None
 
     def can(self, permission: Permission) -> bool:
         return permission in GRANTS[self.role]
@@ -40,9 +44,17 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def create_token(session: Session, name: str, role: Role) -> tuple[ApiToken, str]:
+def queue_list(queues: str | None) -> frozenset[str]:
+    return frozenset(q for q in (queues or "").split(",") if q)
+
+
+def create_token(session: Session, name: str, role: Role, queues: list[str] | None = None) -> tuple[ApiToken, str]:
+    """A new token of `role`; a worker token names the queues it serves (ValueError without one), no other does."""
+    if (role == Role.WORKER) != bool(queues):
+        raise ValueError("a worker token names the queues it serves, and only a worker token names queues")
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    row = ApiToken(name=name, role=role.value, token_hash=hash_token(token), prefix=token[:12])
+    row = ApiToken(name=name, role=role.value, token_hash=hash_token(token), prefix=token[:12],
+                   queues=",".join(sorted(set(queues or []))) or None)
     session.add(row)
     session.commit()
     return row, token
@@ -96,7 +108,7 @@ def verify(session: Session, token: str) -> Principal | None:
     owner = row if row.session_of is None else session.get(ApiToken, row.session_of)
     if owner is None or owner.revoked_at is not None:
         return None
-    principal = Principal(owner.id, owner.name, Role(row.role))
+    principal = Principal(owner.id, owner.name, Role(row.role), queues=queue_list(owner.queues))
     with _verified_lock:
         _verified[digest] = principal
     return principal
@@ -118,7 +130,8 @@ def close_session(session: Session, token: str) -> bool:
     return row is not None and revoke(session, row.id) is not None
 
 
-def token_in_file(session: Session, path: Path, name: str, role: Role) -> tuple[str, Principal]:
+def token_in_file(session: Session, path: Path, name: str, role: Role, queues: list[str] | None = None
+                  ) -> tuple[str, Principal]:
     """The token kept in `path` while it is valid and has `role`; else a new one, written there (mode 600). Holders
     that start again (a worker, `ulab token create --reuse`) reuse one token instead of minting one per start; a
     lock beside the file makes processes starting at once share one."""
@@ -128,21 +141,13 @@ def token_in_file(session: Session, path: Path, name: str, role: Role) -> tuple[
         if path.is_file():
             old = path.read_text().strip()
             principal = verify(session, old)
-            if principal is not None and principal.role == role:
+            if principal is not None and principal.role == role and principal.queues == frozenset(queues or []):
                 return old, principal
-        row, token = create_token(session, name, role)
+        row, token = create_token(session, name, role, queues)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(token + "\n")
-        return token, Principal(row.id, row.name, role)
-
-
-def worker_token(session: Session, settings: Settings) -> tuple[str, Principal | None]:
-    """The token a worker ships metrics with and claims runs as: ULAB_WORKER_TOKEN, else the worker token kept in
-    ULAB_HOME/worker-token (minted on the first start, reused by later ones)."""
-    if settings.worker_token:
-        return settings.worker_token, verify(session, settings.worker_token)
-    return token_in_file(session, settings.home / "worker-token", f"worker {socket.gethostname()}", Role.WORKER)
+        return token, Principal(row.id, row.name, role, queues=queue_list(row.queues))
 
 
 def list_tokens(session: Session) -> list[ApiToken]:

@@ -20,6 +20,9 @@ EXECUTE_RUN = "ulab.execute_run"
 VISIBILITY_TIMEOUT_S = 30 * 24 * 3600
 
 
+QUEUE_NAME = r"^gpu-[a-z0-9-]{1,60}$"  # what queue_for makes of a GPU type's name
+
+
 def queue_for(gpu_name: str) -> str:
     """The queue of a GPU type: `gpu-h100-80gb` for H100-80GB."""
     return "gpu-" + re.sub(r"[^a-z0-9]+", "-", gpu_name.lower()).strip("-")

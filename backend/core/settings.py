@@ -2,6 +2,7 @@
 import os
 from functools import lru_cache
 from pathlib import Path
+from urllib.parse import quote
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -15,6 +16,9 @@ class Settings(BaseSettings):
     database_url: str = ""
     # Celery broker URL; empty means kombu's SQLAlchemy transport on a SQLite file under `home`.
     broker_url: str = ""
+    # The Redis broker's password (docker-compose.yml starts Redis with --requirepass); put into a redis:// broker
+    # URL that names none.
+    redis_password: str = ""
     # Base URL the worker ships metrics to.
     api_url: str = "http://127.0.0.1:8000"
     # Where workers keep run directories (metrics.jsonl, train.log, checkpoints).
@@ -35,8 +39,12 @@ class Settings(BaseSettings):
     gpu_type: str = "H100-80GB"
     # Reads (GET, the planner) without a token; writes always need one.
     open_reads: bool = False
-    # The token a worker ships metrics with; empty: the worker mints a worker-role token in the database.
+    # A worker's own token (role worker, scoped to its queues); empty: the one kept in HOME/worker-token. A worker
+    # reaches the service over HTTP only (backend/execution/agent.py) and never mints a token.
     worker_token: str = ""
+    # The token of one run's attempt, which a Slurm job is handed by the API that submitted it (a Celery worker gets
+    # its attempt's token from its claim instead).
+    attempt_token: str = ""
     # Run specs may only name model and data paths under these roots (colon-separated in the environment).
     allowed_roots: str = ""
     # Bounds on what one run may ask for.
@@ -102,7 +110,13 @@ class Settings(BaseSettings):
 
     @property
     def resolved_broker_url(self) -> str:
-        return self.broker_url or f"sqla+sqlite:///{(self.home / 'broker.db').resolve()}"
+        """The broker URL, with ULAB_REDIS_PASSWORD put into a redis:// URL that carries no password."""
+        if not self.broker_url:
+            return f"sqla+sqlite:///{(self.home / 'broker.db').resolve()}"
+        scheme, sep, rest = self.broker_url.partition("://")
+        if self.redis_password and scheme in ("redis", "rediss") and "@" not in rest.split("/", 1)[0]:
+            return f"{scheme}{sep}:{quote(self.redis_password, safe='')}@{rest}"
+        return self.broker_url
 
     @property
     def resolved_allowed_roots(self) -> list[Path]:

@@ -1,58 +1,46 @@
 """The one seam between the workers and the service: everything a Celery worker (worker/tasks.py), a node of a gang
 (worker/gang.py), a node of a Slurm job (worker/slurm_job.py) and the tracker forwarder (worker/trackers.py) do to
 a run goes through `RunAgent`: claim, start, heartbeat, node registration, finish (which stores a probe's result
-and the calibration point, backend/execution/outcome.py), the worker's credentials and its capabilities report.
+and the calibration point, backend/execution/outcome.py), the worker's token and its capabilities report.
 
-`RunAgent` is the interface; `SqlRunAgent` implements it on the database (every state change through
-backend/runs/transitions.py), which is how workers reach the service today. A worker that may not reach the
-database would get an HTTP implementation of the same interface (as MLflow's RestStore beside its SQL store)
-without a change to worker/. `worker/` imports nothing else of the backend but backend.core.settings: what it
-needs of the rest (the run states, the task name, the queue's broker settings, the log tail) is re-exported here.
-The answers are plain data (`Claim`, `Credentials`, `StoredRun`), never database rows, so they can cross a wire.
+`RunAgent` is the interface and `HttpRunAgent` the only implementation a worker has: it calls the service's agent
+API (/api/agent/v1, backend/execution/router.py), behind which `SqlRunAgent` (backend/execution/sql_agent.py, inside the
+service only) does the work on the database, as MLflow's RestStore stands before its SQL store. A worker holds no
+database URL: with its own token, scoped to its queues, it claims a run and is handed a token of that run's attempt
+(`Claim.token`), which every later call about the attempt and the metrics shipper present, and which expires with
+the attempt (backend/execution/attempt_tokens.py). A Slurm job gets its attempt's token from the API that submitted it
+(ULAB_ATTEMPT_TOKEN).
+
+This module imports no SQLAlchemy and nothing of the service but the settings and the queue's naming. `worker/`
+imports nothing else of the backend: what it needs of the rest (the run states, the task name, the queue's broker
+settings, the log tail) is re-exported here. The answers are plain data (`Claim`, `Endpoint`, `StoredRun`).
 """
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import asdict, dataclass, field
 from functools import cache, cached_property
-from typing import Protocol
+from typing import Any, Protocol
 
-from sqlalchemy import func, select
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+import httpx
 
-from backend.alerts import service as alerts
-from backend.auth.service import worker_token
-from backend.core.db import session_scope
 from backend.core.logs import tail_lines
 from backend.core.queue import EXECUTE_RUN, broker_config, broker_url, queue_for
-from backend.core.settings import get_settings
-from backend.execution.outcome import end_attempt
-from backend.metrics.models import MetricPoint
-from backend.runs import transitions
-from backend.runs.models import Run
-from backend.runs.nodes import RunNode
-from backend.runs.states import ACTIVE, TERMINAL, RunState
-from backend.workers import service as workers
+from backend.core.settings import Settings, get_settings
+from backend.runs.states import RunState
 from plan.model import Plan
 
-__all__ = ["EXECUTE_RUN", "Claim", "Credentials", "Endpoint", "RunAgent", "RunState", "SqlRunAgent", "StoredRun",
-           "broker_config", "broker_url", "get_agent", "queue_for", "tail_lines"]
+__all__ = ["AGENT_API", "EXECUTE_RUN", "AgentRefused", "Claim", "Endpoint", "HttpRunAgent", "RunAgent", "RunState",
+           "StoredRun", "broker_config", "broker_url", "get_agent", "queue_for", "tail_lines", "worker_token"]
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Credentials:
-    """The token a worker ships metrics with (Authorization: Bearer) and its id, recorded on the runs it claims."""
-
-    token: str
-    token_id: int | None
+AGENT_API = "/api/agent/v1"
+WORKER_TOKEN_FILE = "worker-token"  # under ULAB_HOME, written by `ulab token create --role worker --file ...`
 
 
 @dataclass(frozen=True)
 class Claim:
-    """What a worker knows of the run (or node) it claimed: the live attempt and what it needs to launch it."""
+    """What a worker knows of the run (or node) it claimed: the live attempt, what it needs to launch it, and the
+    attempt's token (its later calls and the metrics it ships present it; it expires with the attempt)."""
 
     id: int
     attempt: int
@@ -61,11 +49,15 @@ class Claim:
     kind: str = "train"
     resume_from: str | None = None
     probe_request: dict | None = None
+    token: str = field(default="", repr=False)
 
     @cached_property
     def plan(self) -> Plan:
         """The stored plan, validated by the plan model (once)."""
         return Plan.model_validate(self.spec)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -89,11 +81,12 @@ class StoredRun:
     rows: list[tuple[int, int, str, float]] = field(default_factory=list)
 
 
-class RunAgent(Protocol):
-    def credentials(self) -> Credentials:
-        """This worker's token (ULAB_WORKER_TOKEN, else the one kept under ULAB_HOME) and its id."""
+class AgentRefused(RuntimeError):
+    """The service refused a call (a token out of its scope, an attempt that ended); the message is its reason."""
 
-    def claim(self, run_id: int, worker: str, token_id: int | None) -> Claim | None:
+
+class RunAgent(Protocol):
+    def claim(self, run_id: int, worker: str) -> Claim | None:
         """queued -> starting for `worker`; None if another delivery has it or it is no longer queued."""
 
     def start(self, run_id: int, attempt: int, run_dir: str) -> bool:
@@ -106,7 +99,7 @@ class RunAgent(Protocol):
                last_step: int | None = None) -> bool:
         """The attempt ended in `state`; a probe's result and the calibration point are stored with it."""
 
-    def claim_node(self, run_id: int, node_rank: int, worker: str, token_id: int | None) -> Claim | None:
+    def claim_node(self, run_id: int, node_rank: int, worker: str) -> Claim | None:
         """Node k > 0 of a gang claims its row; None if the run is over or another delivery has the node."""
 
     def register_node(self, run_id: int, attempt: int, worker: str, endpoint: str) -> None:
@@ -141,128 +134,121 @@ class RunAgent(Protocol):
         alert it stopped on, one row whichever of this and the metrics' ingest comes first."""
 
 
-def _claim(run: Run) -> Claim:  # read inside its session
-    return Claim(id=run.id, attempt=run.attempt, spec=dict(run.spec or {}), worker=run.worker, kind=run.kind,
-                 resume_from=run.resume_from, probe_request=run.probe_request)
+def worker_token(settings: Settings) -> str:
+    """The worker's own token: ULAB_WORKER_TOKEN, else the one an administrator kept in ULAB_HOME/worker-token. A
+    worker never mints one: it holds no database URL."""
+    if settings.worker_token:
+        return settings.worker_token
+    path = settings.home / WORKER_TOKEN_FILE
+    if path.is_file() and path.read_text().strip():
+        return path.read_text().strip()
+    raise AgentRefused(f"no worker token: set ULAB_WORKER_TOKEN, or keep one in {path} "
+                       "(`ulab token create --role worker --queue QUEUE --file PATH`)")
 
 
-class SqlRunAgent:
-    """`RunAgent` on the service's database (a session of its own per call, committed on return)."""
+class HttpRunAgent:
+    """`RunAgent` over the service's agent API. The worker's token claims runs and reports the worker; the attempt's
+    token (from the claim, or ULAB_ATTEMPT_TOKEN in a Slurm job) acts for the attempt. `client` is the HTTP client
+    (tests pass the app's in-process one)."""
 
-    def __init__(self) -> None:
-        self._credentials: Credentials | None = None
+    def __init__(self, settings: Settings, client: httpx.Client | None = None):
+        self.settings = settings
+        self.client = client or httpx.Client(base_url=settings.api_url, timeout=30.0)
+        self._attempt_tokens: dict[int, str] = {}
 
-    def credentials(self) -> Credentials:
-        if self._credentials is None:  # restarts of a worker reuse the kept token, so live tokens do not pile up
-            with session_scope() as s:
-                token, principal = worker_token(s, get_settings())
-            self._credentials = Credentials(token, principal.token_id if principal is not None else None)
-        return self._credentials
+    def attempt_token(self, run_id: int) -> str:
+        """The token of the run's attempt this process acts for: the one its claim handed out, else a Slurm job's."""
+        token = self._attempt_tokens.get(run_id) or self.settings.attempt_token
+        if not token:
+            raise AgentRefused(f"run {run_id}: this process holds no token of the run's attempt (claim it first)")
+        return token
 
-    def claim(self, run_id: int, worker: str, token_id: int | None) -> Claim | None:
-        run = transitions.claim(run_id, worker, token_id=token_id)
-        return None if run is None else _claim(run)
+    def _call(self, method: str, path: str, token: str, body: dict | None = None,
+              params: dict | None = None, absent: tuple[int, ...] = ()) -> Any:
+        r = self.client.request(method, AGENT_API + path, json=body, params=params,
+                                headers={"Authorization": f"Bearer {token}"})
+        if r.status_code in absent:
+            return None
+        if r.status_code >= 400:
+            raise AgentRefused(f"{method} {AGENT_API}{path}: {r.status_code} {r.text[:500]}")
+        return r.json()
+
+    def _run(self, method: str, run_id: int, path: str, body: dict | None = None, ended: Any = None,
+             **kw: Any) -> Any:
+        """A call for the run's attempt; `ended` (when given) is the answer once the attempt's token is no longer
+        live (401: the attempt ended or moved on, so the trainer must stop and nothing is recorded)."""
+        got = self._call(method, f"/runs/{run_id}{path}", self.attempt_token(run_id), body,
+                         absent=(401,) if ended is not None else (), **kw)
+        return ended if got is None else got
+
+    def _claimed(self, got: dict | None) -> Claim | None:
+        if got is None:
+            return None
+        claim = Claim(**got)
+        self._attempt_tokens[claim.id] = claim.token
+        return claim
+
+    def claim(self, run_id: int, worker: str) -> Claim | None:
+        return self._claimed(self._call("POST", f"/runs/{run_id}/claim", worker_token(self.settings),
+                                        {"worker": worker}, absent=(409,)))
+
+    def claim_node(self, run_id: int, node_rank: int, worker: str) -> Claim | None:
+        return self._claimed(self._call("POST", f"/runs/{run_id}/nodes/{node_rank}/claim",
+                                        worker_token(self.settings), {"worker": worker}, absent=(409,)))
 
     def start(self, run_id: int, attempt: int, run_dir: str) -> bool:
-        return transitions.start(run_id, attempt, run_dir)
+        return bool(self._run("POST", run_id, f"/attempts/{attempt}/start", {"run_dir": run_dir},
+                              ended={"ok": False})["ok"])
 
     def heartbeat(self, run_id: int, attempt: int, last_step: int) -> bool:
-        return transitions.heartbeat(run_id, attempt, last_step)
+        return bool(self._run("POST", run_id, f"/attempts/{attempt}/heartbeat", {"last_step": last_step},
+                              ended={"stop": True})["stop"])
 
     def finish(self, run_id: int, attempt: int, state: RunState, reason: str | None,
                last_step: int | None = None) -> bool:
-        return end_attempt(run_id, state, lambda: transitions.finish(run_id, attempt, state, reason,
-                                                                      last_step=last_step))
-
-    def claim_node(self, run_id: int, node_rank: int, worker: str, token_id: int | None) -> Claim | None:
-        with session_scope() as s:
-            run = s.get(Run, run_id)
-            if run is None or RunState(run.state) not in (RunState.QUEUED, *ACTIVE):
-                return None
-            s.add(RunNode(run_id=run.id, attempt=run.attempt, node_rank=node_rank, worker=worker,
-                          heartbeat_at=_now(), claimed_token_id=token_id))
-            try:
-                s.flush()
-            except IntegrityError:
-                return None
-            return _claim(run)
+        return bool(self._run("POST", run_id, f"/attempts/{attempt}/finish",
+                              {"state": state.value, "reason": reason, "last_step": last_step},
+                              ended={"ok": False})["ok"])
 
     def register_node(self, run_id: int, attempt: int, worker: str, endpoint: str) -> None:
-        with session_scope() as s:
-            s.add(RunNode(run_id=run_id, attempt=attempt, node_rank=0, worker=worker, rdzv_endpoint=endpoint,
-                          heartbeat_at=_now()))
+        self._run("POST", run_id, f"/attempts/{attempt}/nodes/0", {"worker": worker, "endpoint": endpoint})
 
     def endpoint(self, run_id: int, attempt: int) -> Endpoint:
-        with session_scope() as s:
-            address = s.scalar(select(RunNode.rdzv_endpoint).where(
-                RunNode.run_id == run_id, RunNode.attempt == attempt, RunNode.node_rank == 0))
-            run = s.get(Run, run_id)
-            live = run is not None and run.attempt == attempt and RunState(run.state) in (RunState.QUEUED, *ACTIVE)
-            return Endpoint(address or None, live)
+        got = self._run("GET", run_id, f"/attempts/{attempt}/endpoint", ended={"address": None, "live": False})
+        return Endpoint(got["address"], bool(got["live"]))
 
     def node_heartbeat(self, run_id: int, attempt: int, node_rank: int) -> bool:
-        with session_scope() as s:
-            node = _node(s, run_id, attempt, node_rank)
-            run = s.get(Run, run_id)
-            if node is None or run is None:  # its rows were removed (by hand): nothing to train for
-                return True
-            node.heartbeat_at = _now()
-            return run.attempt != attempt or bool(run.cancel_requested) or \
-                RunState(run.state) not in (RunState.QUEUED, *ACTIVE)
+        return bool(self._run("POST", run_id, f"/attempts/{attempt}/nodes/{node_rank}/heartbeat",
+                              ended={"stop": True})["stop"])
 
     def node_exit(self, run_id: int, attempt: int, node_rank: int, code: int) -> None:
-        with session_scope() as s:
-            node = _node(s, run_id, attempt, node_rank)
-            if node is None:
-                log.warning("run %s attempt %s node %s: no node row to record exit code %s on", run_id, attempt,
-                            node_rank, code)
-                return
-            node.exit_code = code
+        self._run("POST", run_id, f"/attempts/{attempt}/nodes/{node_rank}/exit", {"code": code}, ended={"ok": False})
 
     def job_heartbeat(self, run_id: int, job_id: str, last_step: int) -> None:
-        transitions.slurm_heartbeat(run_id, job_id, last_step)
+        self._run("POST", run_id, f"/jobs/{job_id}/heartbeat", {"last_step": last_step})
 
     def stored(self, run_id: int, after: int) -> StoredRun:
-        with session_scope() as s:
-            run = s.get(Run, run_id)
-            if run is None:
-                raise LookupError(f"run_id: run {run_id} does not exist")
-            ended = RunState(run.state) in TERMINAL
-            newest = s.scalar(select(func.max(MetricPoint.step)).where(MetricPoint.run_id == run_id)) or 0
-            upto = newest if ended else newest - 1
-            rows = s.execute(select(MetricPoint.step, MetricPoint.rank, MetricPoint.name, MetricPoint.value)
-                             .where(MetricPoint.run_id == run_id, MetricPoint.step > after, MetricPoint.step <= upto)
-                             .order_by(MetricPoint.step, MetricPoint.rank, MetricPoint.name)).all()
-            alerts = {a.kind: f"step {a.step}: {a.message}" for a in run.alerts}
-            return StoredRun(state=run.state, ended=ended, plan=dict(run.spec or {}), estimate=run.estimate,
-                             alerts=alerts, rows=[(r[0], r[1], r[2], r[3]) for r in rows])
+        got = self._run("GET", run_id, "/stored", params={"after": after})
+        return StoredRun(state=got["state"], ended=got["ended"], plan=got["plan"], estimate=got["estimate"],
+                         alerts=got["alerts"], rows=[(r[0], r[1], r[2], r[3]) for r in got["rows"]])
 
     def worker_started(self, hostname: str, queues: list[str], capabilities: dict) -> None:
-        with session_scope() as s:
-            workers.report(s, hostname, queues, capabilities)
+        self._call("POST", f"/workers/{hostname}/started", worker_token(self.settings),
+                   {"queues": queues, "capabilities": capabilities})
 
     def worker_stopped(self, hostname: str) -> None:
-        with session_scope() as s:
-            workers.stopped(s, hostname)
+        self._call("POST", f"/workers/{hostname}/stopped", worker_token(self.settings))
 
     def worker_heartbeat(self, hostname: str) -> bool:
-        with session_scope() as s:
-            return workers.heartbeat(s, hostname)
+        return bool(self._call("POST", f"/workers/{hostname}/heartbeat", worker_token(self.settings))["known"])
 
     def trainer_stopped(self, run_id: int, attempt: int, kind: str, step: int, message: str) -> bool:
-        return alerts.trainer_stopped(run_id, attempt, kind, step, message)
-
-
-def _now() -> datetime:
-    return transitions.now()
-
-
-def _node(s: Session, run_id: int, attempt: int, node_rank: int) -> RunNode | None:
-    return s.scalar(select(RunNode).where(RunNode.run_id == run_id, RunNode.attempt == attempt,
-                                          RunNode.node_rank == node_rank))
+        return bool(self._run("POST", run_id, f"/attempts/{attempt}/trainer-stopped",
+                              {"kind": kind, "step": step, "message": message}, ended={"ok": False})["ok"])
 
 
 @cache
 def get_agent() -> RunAgent:
-    """The worker's way to the service. Only the database one exists; an HTTP one would be chosen here."""
-    return SqlRunAgent()
+    """The worker's way to the service: the agent API at ULAB_API_URL (embedded mode too: one path, not two)."""
+    return HttpRunAgent(get_settings())
+

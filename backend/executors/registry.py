@@ -1,9 +1,9 @@
-"""The executors, as one table: how an approved run is handed over, who holds it while it runs (and so may write its
-metrics), and what the API must run beside it. Adding an executor is one entry here (and its engine's side under
-backend/executors/).
+"""The executors, as one table: how an approved run is handed over, whether a worker claims it, and what the API
+must run beside it. Adding an executor is one entry here (and its engine's side under backend/executors/).
 
-- celery: a message on the run's GPU queue (backend/executors/celery.py); a worker claims the run and beats its
-  heartbeat, so the API's reaper marks it lost when the beats stop (backend/execution/reaper.py).
+- celery: a message on the run's GPU queue (backend/executors/celery.py); a worker of that queue (its token names
+  the queue) claims the run and beats its heartbeat, so the API's reaper marks it lost when the beats stop
+  (backend/execution/reaper.py).
 - slurm: one sbatch job per attempt; the Slurm poller (backend/executors/slurm/poller.py) follows the job and moves the
   run, so the reaper leaves it alone (Slurm knows whether the job lives).
 
@@ -15,16 +15,11 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
-
 from backend.core.queue import plan_gpu_name, queue_for
 from backend.core.settings import Settings
 from backend.executors import celery
 from backend.executors.slurm import poller as slurm_poller
 from backend.runs.models import Run
-from backend.runs.nodes import RunNode
-from backend.runs.states import RunState
 from plan.model import Plan
 
 
@@ -32,8 +27,8 @@ from plan.model import Plan
 class Executor:
     name: str
     submit: Callable[[Run], None]  # hand the queued run (its live attempt) over; safe to call again for it
-    # whether a token of `token_id` holds the run's live attempt (a worker writes the metrics of runs it holds only)
-    holds: Callable[[Session, Run, int | None], bool]
+    # a worker claims its runs through the agent API (backend/execution/router.py); else the executor starts them
+    claimed: bool
     reaped: bool  # the API's reaper marks the run lost when its heartbeat stops
     poller: Callable[[Settings], Coroutine[Any, Any, None]] | None = None  # runs in the API while a queue uses it
     placement: bool = False  # takes a partition and a time limit (slurm_partition, slurm_time_limit)
@@ -44,21 +39,9 @@ def _send(run: Run) -> None:
     celery.send(run.id, plan_gpu_name(run.plan), run.priority, run.plan.hardware.num_nodes)
 
 
-def _claimed(session: Session, run: Run, token_id: int | None) -> bool:
-    """A worker claimed the run (node 0) or one of its nodes, with this token."""
-    claimers = {run.claimed_token_id, *session.scalars(
-        select(RunNode.claimed_token_id).where(RunNode.run_id == run.id, RunNode.attempt == run.attempt))}
-    return token_id is not None and token_id in claimers
-
-
-def _job_active(session: Session, run: Run, token_id: int | None) -> bool:
-    """A Slurm run has no claim: its job writes while the run is active under a job."""
-    return run.slurm_job_id is not None and run.state != RunState.QUEUED.value and run.started_at is not None
-
-
 EXECUTORS: dict[str, Executor] = {
-    "celery": Executor("celery", submit=_send, holds=_claimed, reaped=True),
-    "slurm": Executor("slurm", submit=slurm_poller.submit, holds=_job_active, reaped=False,
+    "celery": Executor("celery", submit=_send, claimed=True, reaped=True),
+    "slurm": Executor("slurm", submit=slurm_poller.submit, claimed=False, reaped=False,
                       poller=slurm_poller.poll_forever, placement=True),
 }
 DEFAULT = "celery"

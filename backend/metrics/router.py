@@ -4,18 +4,22 @@ import asyncio
 import csv
 import io
 import json
+from typing import Annotated
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import func, select
 from sse_starlette.sse import EventSourceResponse
 
 from backend.alerts import service as alerts
 from backend.api.deps import RowId, SessionDep
-from backend.auth.deps import Ingester, Reader
-from backend.auth.roles import Role
+from backend.auth.deps import Reader, presented_token, requires
+from backend.auth.roles import Permission, Role
+from backend.auth.service import Principal
 from backend.core.db import get_sessionmaker
 from backend.core.instruments import POINTS_INGESTED, SSE_CLIENTS
+from backend.execution import attempt_tokens
+from backend.execution.router import attempt_principal
 from backend.metrics import chart, service
 from backend.metrics.models import MetricPoint
 from backend.metrics.schemas import Accepted, MetricQueryOut, PointsIn
@@ -27,8 +31,17 @@ router = APIRouter(prefix="/api/runs/{run_id}", tags=["metrics"])
 POLL_S = 0.25  # how often the stream looks for new rows; a point reaches the page within this + shipping
 
 
+async def metrics_writer(request: Request) -> Principal:
+    """A worker's attempt token (backend/execution/attempt_tokens.py), or an API token that may ingest (an admin's)."""
+    token = presented_token(request)
+    if token is not None and token.startswith(attempt_tokens.PREFIX):
+        return await attempt_principal(request)
+    return await requires(Permission.INGEST)(request)
+
+
 @router.post("/metrics")
-def ingest(run_id: RowId, body: PointsIn, session: SessionDep, by: Ingester) -> Accepted:
+def ingest(run_id: RowId, body: PointsIn, session: SessionDep,
+           by: Annotated[Principal, Depends(metrics_writer)]) -> Accepted:
     """Store a batch of points; idempotent on (run, rank, step, name), so the worker may resend. A worker writes
     only the runs it claimed; nobody writes a run that ended over a minute ago (409)."""
     run = require_writable_run(session, run_id, by)

@@ -53,10 +53,11 @@ def require_run(session: Session, run_id: int) -> None:
 
 def require_writable_run(session: Session, run_id: int, by: Principal) -> Run:
     """The run, if `by` may write its metrics: 404 unless it exists; 409 if it ended more than
-    ULAB_INGEST_AFTER_END_S ago. A worker token writes only to a run it holds: 409 for a run not started, 403 unless
-    it claimed the run's live attempt (or one of its nodes). A run no worker holds (cancelled before it started, a
-    queued retry, whose claim is empty) is refused too. A Slurm run has no claim: its job writes while the run is
-    active under a job. (Other ingest roles, an admin importing points, may write a run that has not started.)"""
+    ULAB_INGEST_AFTER_END_S ago. A worker writes with the token of the attempt it holds
+    (backend/execution/attempt_tokens.py:
+    live only while that attempt is the run's, so another run or an earlier attempt is refused): 409 for a run not
+    started, 403 for another run's token. (An ingest role, an admin importing points, may write a run that has not
+    started.)"""
     run = get_run(session, run_id)
     late = get_settings().ingest_after_end_s
     if run.finished_at is not None and run.state in TERMINAL_VALUES and \
@@ -67,9 +68,9 @@ def require_writable_run(session: Session, run_id: int, by: Principal) -> Run:
         return run
     if run.state == RunState.PENDING_APPROVAL.value or (run.state == RunState.QUEUED.value and run.attempt == 1):
         raise UserError(409, "state", f"run {run_id} has not started ({run.state}): no worker may write its metrics")
-    if not executor_for(run).holds(session, run, by.token_id):  # backend/executors/registry.py
-        raise UserError(403, "authorization", f"this worker token does not hold run {run_id}'s live attempt: a worker "
-                                              "writes the metrics of the runs it claimed only")
+    if by.run_id != run.id:
+        raise UserError(403, "authorization", f"this token does not act for run {run_id}'s live attempt: a worker "
+                                              "writes the metrics of the attempts it holds only, with their tokens")
     return run
 
 

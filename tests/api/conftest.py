@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 from backend.auth.roles import Role
 
 ROLES = [r.value for r in Role]
+WORKER_QUEUE = "gpu-h100-80gb"  # tiny_plan's GPU's: the worker token of `tokens` serves it
 
 
 def _clear_caches() -> None:
@@ -65,7 +66,8 @@ def tokens(app_env) -> dict[str, str]:
     from backend.core.db import get_sessionmaker
 
     with get_sessionmaker()() as session:
-        return {role: create_token(session, f"api-test {role}", Role(role))[1] for role in ROLES}
+        return {role: create_token(session, f"api-test {role}", Role(role),
+                                   [WORKER_QUEUE] if role == Role.WORKER else None)[1] for role in ROLES}
 
 
 @pytest.fixture(scope="package")

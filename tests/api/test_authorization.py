@@ -13,7 +13,8 @@ from tests.tiny import tiny_plan
 
 P = Permission
 OPEN = None  # no token needed
-ACCESS: dict[tuple[str, str], Permission | None] = {
+ATTEMPT = "attempt"  # only a live attempt's token (backend/execution/attempt_tokens.py): every API token gets a 401
+ACCESS: dict[tuple[str, str], Permission | str | None] = {
     ("GET", "/api/health"): OPEN,
     ("GET", "/metrics"): P.READ,
     ("POST", "/api/session"): OPEN,
@@ -61,6 +62,21 @@ ACCESS: dict[tuple[str, str], Permission | None] = {
     ("GET", "/api/runs/{run_id}/metrics.csv"): P.READ,
     ("GET", "/api/runs/{run_id}/metrics.parquet"): P.READ,
     ("GET", "/api/runs/{run_id}/stream"): P.READ,
+    ("POST", "/api/agent/v1/runs/{run_id}/claim"): P.AGENT,
+    ("POST", "/api/agent/v1/runs/{run_id}/nodes/{node_rank}/claim"): P.AGENT,
+    ("POST", "/api/agent/v1/workers/{hostname}/started"): P.AGENT,
+    ("POST", "/api/agent/v1/workers/{hostname}/heartbeat"): P.AGENT,
+    ("POST", "/api/agent/v1/workers/{hostname}/stopped"): P.AGENT,
+    ("POST", "/api/agent/v1/runs/{run_id}/attempts/{attempt}/start"): ATTEMPT,
+    ("POST", "/api/agent/v1/runs/{run_id}/attempts/{attempt}/heartbeat"): ATTEMPT,
+    ("POST", "/api/agent/v1/runs/{run_id}/attempts/{attempt}/finish"): ATTEMPT,
+    ("POST", "/api/agent/v1/runs/{run_id}/attempts/{attempt}/nodes/0"): ATTEMPT,
+    ("GET", "/api/agent/v1/runs/{run_id}/attempts/{attempt}/endpoint"): ATTEMPT,
+    ("POST", "/api/agent/v1/runs/{run_id}/attempts/{attempt}/nodes/{node_rank}/heartbeat"): ATTEMPT,
+    ("POST", "/api/agent/v1/runs/{run_id}/attempts/{attempt}/nodes/{node_rank}/exit"): ATTEMPT,
+    ("POST", "/api/agent/v1/runs/{run_id}/attempts/{attempt}/trainer-stopped"): ATTEMPT,
+    ("POST", "/api/agent/v1/runs/{run_id}/jobs/{job_id}/heartbeat"): ATTEMPT,
+    ("GET", "/api/agent/v1/runs/{run_id}/stored"): ATTEMPT,
 }
 # A body that passes validation where one is needed, so an allowed role reaches the route's own code.
 BODIES = {"/api/estimate": tiny_plan(), "/api/estimate/max-seq": tiny_plan(), "/api/estimate/export": tiny_plan(),
@@ -69,7 +85,10 @@ BODIES = {"/api/estimate": tiny_plan(), "/api/estimate/max-seq": tiny_plan(), "/
           "/api/plans": tiny_plan(), "/api/tokens": {"name": "x", "role": "viewer"},
           "/api/runs/{run_id}/metrics": {"points": []}, "/api/estimate/recommend": {"plan": tiny_plan()},
           "/api/estimate/fix": tiny_plan(), "/api/estimate/sp-methods": tiny_plan(),
-          "/api/calibration/estimate": tiny_plan(), "/api/plans/import": {"ds_config": "{}"}}
+          "/api/calibration/estimate": tiny_plan(), "/api/plans/import": {"ds_config": "{}"},
+          "/api/agent/v1/runs/{run_id}/claim": {"worker": "w"},
+          "/api/agent/v1/runs/{run_id}/nodes/{node_rank}/claim": {"worker": "w"},
+          "/api/agent/v1/workers/{hostname}/started": {"queues": [], "capabilities": {}}}
 
 
 def api_routes(app) -> set[tuple[str, str]]:
@@ -81,7 +100,10 @@ def test_the_table_covers_every_route(app):
 
 
 def _call(client, method: str, path: str, headers: dict):
-    url = path.replace("{run_id}", "999999").replace("{plan_id}", "999999").replace("{token_id}", "999999")
+    url = path
+    for slot, value in (("{run_id}", "999999"), ("{plan_id}", "999999"), ("{token_id}", "999999"),
+                        ("{attempt}", "1"), ("{node_rank}", "1"), ("{hostname}", "host"), ("{job_id}", "7")):
+        url = url.replace(slot, value)
     body = BODIES.get(path)
     if path.endswith("/metrics") and method == "GET":
         url += "?name=loss"
@@ -98,7 +120,9 @@ def test_each_role_gets_exactly_what_its_grants_say(client, tokens, route):
     assert _call(client, method, path, {"Authorization": "Bearer ulab_wrong"}).status_code == 401
     for role in ROLES:
         status = _call(client, method, path, as_role(client, tokens, role)).status_code
-        if need in GRANTS[Role(role)]:
+        if need == ATTEMPT:
+            assert status == 401, (role, route, status)
+        elif need in GRANTS[Role(role)]:
             assert status not in (401, 403), (role, route, status)
         else:
             assert status == 403, (role, route, status)

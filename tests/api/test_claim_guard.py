@@ -1,14 +1,26 @@
-"""The allowed-roots check runs again when a worker claims a run (issue 16, item 6): a data directory that did not
+"""The allowed-roots check runs again when a worker claims a run (over the agent API): a data directory that did not
 exist at submit, made a symlink out of the roots later, is refused at run time with the field in the reason."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from backend.runs import transitions
+from sqlalchemy import select
+
+from backend.auth.models import ApiToken
+from backend.auth.service import hash_token
+from backend.core.db import session_scope
+from backend.core.settings import Settings
+from backend.execution.agent import HttpRunAgent
+from backend.runs.models import Run
 from tests.api.conftest import as_role
 from tests.tiny import tiny_plan
 
 OUTSIDE = Path(__file__).resolve().parents[2] / "examples"  # the repository: not under the test's allowed roots
+
+
+def worker(client, tokens) -> HttpRunAgent:
+    """The worker's client of the agent API, holding the worker token of the run's queue."""
+    return HttpRunAgent(Settings(worker_token=tokens["worker"]), client=client)
 
 
 def submit_approved(client, tokens, data_path: Path, before_approval=lambda: None) -> int:
@@ -34,7 +46,7 @@ def test_a_path_made_a_symlink_out_of_the_roots_after_submit_is_refused_at_claim
     (later / "data.txt").unlink()
     later.rmdir()
     later.symlink_to(OUTSIDE, target_is_directory=True)  # between approval and the worker's claim
-    assert transitions.claim(run_id, "test-worker:1") is None
+    assert worker(client, tokens).claim(run_id, "test-worker:1") is None
     run = client.get(f"/api/runs/{run_id}", headers=as_role(client, tokens, "viewer")).json()
     assert run["state"] == "failed"
     assert run["exit_reason"].startswith("refused when claimed: run.data.path: ")
@@ -45,8 +57,11 @@ def test_a_path_still_inside_the_roots_is_claimed(client, tokens, tmp_path):
     data = tmp_path / "data.txt"
     data.write_text("x\n")
     run_id = submit_approved(client, tokens, data)
-    run = transitions.claim(run_id, "test-worker:1", token_id=7)
-    assert run is not None
-    assert run.state == "starting"
-    assert run.claimed_token_id == 7
-    assert transitions.claim(run_id, "test-worker:2") is None  # a second delivery gets nothing
+    claim = worker(client, tokens).claim(run_id, "test-worker:1")
+    assert claim is not None
+    assert claim.worker == "test-worker:1"
+    with session_scope() as s:
+        run = s.get_one(Run, run_id)
+        worker_id = s.scalar(select(ApiToken.id).where(ApiToken.token_hash == hash_token(tokens["worker"])))
+        assert (run.state, run.claimed_token_id) == ("starting", worker_id)
+    assert worker(client, tokens).claim(run_id, "test-worker:2") is None  # a second delivery gets nothing

@@ -1,11 +1,13 @@
-"""Issue 25: one gate for every path to `queued` (approve, force, retry, resume from here), worker tokens write only
-to the runs they hold, completeness counts the live attempt's points, and tags/notes follow cancel's ownership."""
+"""Issue 25: one gate for every path to `queued` (approve, force, retry, resume from here), only the tokens of a run's
+live attempt write it, completeness counts the live attempt's points, and tags/notes follow cancel's ownership."""
 from __future__ import annotations
 
 import copy
 
 from backend.auth.roles import Role
 from backend.core.db import session_scope
+from backend.core.settings import Settings
+from backend.execution.agent import HttpRunAgent
 from backend.runs import transitions
 from backend.runs.models import Run
 from backend.runs.states import RunState
@@ -32,6 +34,13 @@ def points(*steps: int, first_step: int | None = None) -> dict:
 
 def bearer(token: str) -> dict:
     return {"Authorization": f"Bearer {token}"}
+
+
+def claimed(client, worker_token: str, run_id: int) -> str:
+    """Claim the run over the agent API with `worker_token`; answers the attempt's token (it writes the metrics)."""
+    claim = HttpRunAgent(Settings(worker_token=worker_token), client=client).claim(run_id, "w:1")
+    assert claim is not None
+    return claim.token
 
 
 def test_a_never_approved_run_cancelled_then_retried_is_refused(client, tokens, tmp_path):
@@ -77,8 +86,8 @@ def test_a_retry_passes_the_fit_check_and_records_who_queued_each_attempt(client
     assert [(a["attempt"], a["queued_by"]) for a in attempts] == [(1, approver_id)]
 
 
-def test_a_worker_token_cannot_write_a_run_no_worker_holds(client, tokens, tmp_path):
-    worker, worker_id = new_token(Role.WORKER)
+def test_no_token_writes_a_run_no_worker_holds(client, tokens, tmp_path):
+    worker, _ = new_token(Role.WORKER)
     admin = as_role(client, tokens, "admin")
     cancelled = submitted_run(client, admin, tmp_path)  # cancelled before it started: nobody claimed it
     assert client.post(f"/api/runs/{cancelled}/cancel", headers=admin).status_code == 200
@@ -87,21 +96,21 @@ def test_a_worker_token_cannot_write_a_run_no_worker_holds(client, tokens, tmp_p
     assert r.json()["detail"][0]["field"] == "authorization", r.text
 
     run_id = queued_run(client, tokens, tmp_path)  # a queued retry: its claim was cleared
-    assert transitions.claim(run_id, "w:1", token_id=worker_id) is not None
+    first = claimed(client, worker, run_id)
     assert transitions.start(run_id, 1, str(tmp_path))
     assert transitions.finish(run_id, 1, RunState.LOST, "x")
     assert client.post(f"/api/runs/{run_id}/retry", headers=admin).json()["state"] == "queued"
-    r = client.post(f"/api/runs/{run_id}/metrics", json=points(1), headers=bearer(worker))
-    assert r.status_code == 403, r.text
+    for token in (worker, first):
+        r = client.post(f"/api/runs/{run_id}/metrics", json=points(1), headers=bearer(token))
+        assert r.status_code in (401, 403), r.text
+        assert r.json()["detail"][0]["field"] == "authorization", r.text
 
 
 def test_completeness_counts_the_live_attempts_points(client, tokens, tmp_path):
-    first, first_id = new_token(Role.WORKER)
-    second, second_id = new_token(Role.WORKER)
     admin = as_role(client, tokens, "admin")
     run_id = queued_run(client, tokens, tmp_path)
     steps = client.get(f"/api/runs/{run_id}", headers=admin).json()["steps"]
-    assert transitions.claim(run_id, "w:1", token_id=first_id)
+    first = claimed(client, tokens["worker"], run_id)
     assert transitions.start(run_id, 1, str(tmp_path))
     r = client.post(f"/api/runs/{run_id}/metrics", json=points(*range(1, steps + 1), first_step=1),
                     headers=bearer(first))
@@ -109,7 +118,7 @@ def test_completeness_counts_the_live_attempts_points(client, tokens, tmp_path):
     assert transitions.finish(run_id, 1, RunState.LOST, "torchrun killed")
     assert client.post(f"/api/runs/{run_id}/retry", headers=admin).status_code == 200
     # attempt 2 starts from scratch and stores every step but the last: attempt 1's last step must not count
-    assert transitions.claim(run_id, "w:2", token_id=second_id)
+    second = claimed(client, tokens["worker"], run_id)
     assert transitions.start(run_id, 2, str(tmp_path))
     r = client.post(f"/api/runs/{run_id}/metrics", json=points(*range(1, steps), first_step=1),
                     headers=bearer(second))
@@ -121,17 +130,16 @@ def test_completeness_counts_the_live_attempts_points(client, tokens, tmp_path):
 
 
 def test_a_resumed_attempt_counts_the_steps_before_its_checkpoint(client, tokens, tmp_path):
-    first, first_id = new_token(Role.WORKER)
     admin = as_role(client, tokens, "admin")
     run_id = queued_run(client, tokens, tmp_path)
     steps = client.get(f"/api/runs/{run_id}", headers=admin).json()["steps"]
     assert steps >= 3
-    assert transitions.claim(run_id, "w:1", token_id=first_id)
+    first = claimed(client, tokens["worker"], run_id)
     assert transitions.start(run_id, 1, str(tmp_path))
     client.post(f"/api/runs/{run_id}/metrics", json=points(1, 2, first_step=1), headers=bearer(first))
     assert transitions.finish(run_id, 1, RunState.LOST, "x")
     assert client.post(f"/api/runs/{run_id}/retry", headers=admin).status_code == 200
-    assert transitions.claim(run_id, "w:2", token_id=first_id)
+    first = claimed(client, tokens["worker"], run_id)
     assert transitions.start(run_id, 2, str(tmp_path))
     # resumed from the checkpoint at step 2: its file starts at step 3
     r = client.post(f"/api/runs/{run_id}/metrics", json=points(*range(3, steps + 1), first_step=3),

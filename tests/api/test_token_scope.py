@@ -1,5 +1,6 @@
-"""Tokens (issue 16, item 7): a worker token writes only the metrics of the runs it claimed, and no run writes after
-it ended a minute ago; a worker reuses its token across starts; sign-out revokes the cookie's session token."""
+"""Tokens: only the token of a run's claimed attempt writes its metrics (a worker's own token writes none), and no run
+takes writes a minute after it ended; a kept worker token is reused across starts; sign-out revokes the cookie's
+session token."""
 from __future__ import annotations
 
 from datetime import timedelta
@@ -8,10 +9,12 @@ from fastapi.testclient import TestClient
 
 from backend.auth.roles import Role
 from backend.core.db import get_sessionmaker, session_scope
+from backend.core.settings import Settings
+from backend.execution.agent import Claim, HttpRunAgent
 from backend.runs import transitions
 from backend.runs.models import Run
 from backend.runs.states import RunState
-from tests.api.conftest import as_role
+from tests.api.conftest import WORKER_QUEUE, as_role
 from tests.tiny import tiny_plan
 
 POINTS = {"points": [{"rank": 0, "step": 1, "name": "loss", "value": 2.5, "wall_time": 0.0}]}
@@ -21,7 +24,7 @@ def new_token(role: Role) -> tuple[str, int]:
     from backend.auth.service import create_token
 
     with get_sessionmaker()() as session:
-        row, token = create_token(session, f"scope test {role}", role)
+        row, token = create_token(session, f"scope test {role}", role, [WORKER_QUEUE] if role == Role.WORKER else None)
         return token, row.id
 
 
@@ -40,55 +43,62 @@ def write(client, run_id: int, token: str):
     return client.post(f"/api/runs/{run_id}/metrics", json=POINTS, headers={"Authorization": f"Bearer {token}"})
 
 
-def test_a_worker_token_writes_only_the_run_it_claimed(client, tokens, tmp_path):
-    mine, mine_id = new_token(Role.WORKER)
+def claimed(client, token: str, run_id: int) -> Claim:
+    claim = HttpRunAgent(Settings(worker_token=token), client=client).claim(run_id, "w:1")
+    assert claim is not None
+    return claim
+
+
+def test_only_the_claimed_attempts_token_writes_its_metrics(client, tokens, tmp_path):
+    mine, _ = new_token(Role.WORKER)
     other, _ = new_token(Role.WORKER)
     run_id = queued_run(client, tokens, tmp_path)
-    assert write(client, run_id, mine).status_code == 409  # queued: nobody claimed it yet
-    assert transitions.claim(run_id, "w:1", token_id=mine_id) is not None
-    r = write(client, run_id, other)
-    assert r.status_code == 403, r.text
-    assert r.json()["detail"][0]["field"] == "authorization", r.text
-    assert write(client, run_id, mine).json() == {"accepted": 1}
+    assert write(client, run_id, mine).status_code == 403  # a worker's own token writes no metrics
+    attempt = claimed(client, mine, run_id).token
+    for token in (other, mine, claimed(client, other, queued_run(client, tokens, tmp_path)).token):
+        r = write(client, run_id, token)
+        assert r.status_code == 403, r.text
+        assert r.json()["detail"][0]["field"] == "authorization", r.text
+    assert write(client, run_id, attempt).json() == {"accepted": 1}
     assert write(client, run_id, tokens["admin"]).status_code == 200  # an admin is not a worker
 
 
 def test_no_writes_a_minute_after_the_run_ended(client, tokens, tmp_path):
-    worker, worker_id = new_token(Role.WORKER)
+    worker, _ = new_token(Role.WORKER)
     run_id = queued_run(client, tokens, tmp_path)
-    run = transitions.claim(run_id, "w:1", token_id=worker_id)
-    assert run is not None
-    assert transitions.finish(run_id, run.attempt, RunState.SUCCEEDED, None)
-    assert write(client, run_id, worker).status_code == 200  # the worker drains its last lines
+    attempt = claimed(client, worker, run_id).token
+    assert transitions.finish(run_id, 1, RunState.SUCCEEDED, None)
+    assert write(client, run_id, attempt).status_code == 200  # the worker drains its last lines
     with session_scope() as s:
         ended = s.get_one(Run, run_id)
         ended.finished_at = transitions.as_utc(ended.finished_at) - timedelta(seconds=61)
-    for token in (worker, tokens["admin"]):
-        r = write(client, run_id, token)
-        assert r.status_code == 409, r.text
-        assert r.json()["detail"][0]["field"] == "state", r.text
+    r = write(client, run_id, tokens["admin"])
+    assert r.status_code == 409, r.text
+    assert r.json()["detail"][0]["field"] == "state", r.text
+    r = write(client, run_id, attempt)  # the attempt's token expired with it
+    assert r.status_code == 401, r.text
+    assert r.json()["detail"][0]["field"] == "authorization", r.text
 
 
-def test_a_worker_reuses_its_token_across_starts(app_env, tmp_path):
-    from backend.auth.service import revoke, worker_token
-    from backend.core.settings import Settings
+def test_a_kept_worker_token_is_reused_across_starts(app_env, tmp_path):
+    from backend.auth.service import revoke, token_in_file
 
-    settings = Settings(home=tmp_path / "home")
+    path = tmp_path / "home" / "worker-token"
     with get_sessionmaker()() as session:
-        first, p1 = worker_token(session, settings)
-        again, p2 = worker_token(session, settings)
+        first, p1 = token_in_file(session, path, "w", Role.WORKER, [WORKER_QUEUE])
+        again, p2 = token_in_file(session, path, "w", Role.WORKER, [WORKER_QUEUE])
         assert again == first
-        assert p1 is not None
-        assert p2 is not None
         assert p1.token_id == p2.token_id
-        assert p1.role == Role.WORKER
-        assert (settings.home / "worker-token").stat().st_mode & 0o777 == 0o600
+        assert (p1.role, p1.queues) == (Role.WORKER, frozenset({WORKER_QUEUE}))
+        assert path.stat().st_mode & 0o777 == 0o600
         assert p1.token_id is not None
         revoke(session, p1.token_id)
-        fresh, p3 = worker_token(session, settings)  # a revoked token is replaced, not reused
+        fresh, p3 = token_in_file(session, path, "w", Role.WORKER, [WORKER_QUEUE])  # a revoked one is replaced
         assert fresh != first
-        assert p3 is not None
         assert p3.token_id != p1.token_id
+        wider, p4 = token_in_file(session, path, "w", Role.WORKER, [WORKER_QUEUE, "gpu-a100-80gb"])
+        assert wider != fresh  # another scope is another token
+        assert p4.queues == frozenset({WORKER_QUEUE, "gpu-a100-80gb"})
 
 
 def test_sign_out_revokes_the_cookie_token(app, tokens):

@@ -17,6 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from backend.core.settings import Settings
+from backend.execution import agent
+from backend.execution.agent import HttpRunAgent
 from tests.api.conftest import as_role
 from tests.api.test_alerts import ingest, running_run
 from tests.services import free_port, wait_http
@@ -50,14 +53,28 @@ def pump_until_done(fwd, timeout_s=60.0) -> None:
 
 def run_with_outage(client, tokens, tmp_path, tracker, down, up, **cfg):
     """The scenario of the module doc; `down()` and `up()` take the tracker away and bring it back."""
-    from backend.runs import transitions
-    from backend.runs.states import RunState
-
     admin = as_role(client, tokens, "admin")
     run_id = running_run(client, admin, tmp_path, report_to=[tracker], steps=STEPS)
     run_dir = tmp_path / f"run-{tracker}"
     run_dir.mkdir()
-    fwd = forwarder(run_id, run_dir, tracker, **cfg)
+    with pytest.MonkeyPatch.context() as mp:  # the forwarder reads the run over the agent API, as on a worker
+        mp.setattr(agent, "get_agent", lambda: HttpRunAgent(Settings(attempt_token=attempt_token(run_id)), client))
+        return _run_with_outage(client, admin, run_id, forwarder(run_id, run_dir, tracker, **cfg), tracker, down, up)
+
+
+def attempt_token(run_id: int) -> str:
+    """A token of the run's live attempt, as its claim hands out (running_run claimed it in the database)."""
+    from backend.core.db import session_scope
+    from backend.execution import attempt_tokens
+
+    with session_scope() as s:
+        return attempt_tokens.mint(s, run_id, 1)
+
+
+def _run_with_outage(client, admin, run_id, fwd, tracker, down, up):
+    from backend.runs import transitions
+    from backend.runs.states import RunState
+
     ingest(client, admin, run_id, points(range(1, 6)))
     assert not fwd.pump()
     assert fwd.memo[tracker]["step"] == 4  # step 5 is the newest: its other ranks may still be on their way

@@ -213,9 +213,9 @@ def fill(disk: Path) -> None:
 
 
 def test_a_full_disk_is_reported_as_no_space_left_on_device(faults, corpus):
-    """The run directory's disk fills up mid-run: train.log and error.txt can no longer be written there, and the
-    ranks fail each in its own way. The reason's first line says "no space left on device" (the trainer's last
-    words, kept outside the run directory, and the whole attempt's log are searched). One rank: ranks do not matter
+    """The run directory's disk fills up mid-run: train.log and the outcome record can no longer be written there,
+    and the ranks fail each in its own way. The reason's first line says "no space left on device": the failing
+    rank's outcome record, kept outside the run directory too. One rank: ranks do not matter
     here."""
     api = faults.api_client
     run = submit(api, tiny_plan(sp_size=1), {"steps": 3000, "checkpoint_every": 0, "data": {"path": str(corpus)}},

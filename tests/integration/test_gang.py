@@ -22,8 +22,9 @@ def test_two_node_run_is_a_gang_of_node_tasks(tmp_path, corpus):
     with postgres_database() as pg, redis_database() as broker:
         s = Stack(tmp_path / "gang", pg, broker, ULAB_NODE_ADDRESS="127.0.0.1")
         s.worker.cmd += ["--gpus", "1"]
-        second = Service("worker2", [str(ULAB), "worker", "--gpu-type", "H100-80GB", "--gpus", "1"], s.env, s.home)
         s.start()
+        second = Service("worker2", [str(ULAB), "worker", "--gpu-type", "H100-80GB", "--gpus", "1"], s.worker.env,
+                         s.home)  # the first worker's: no database URL, a worker token of the queue
         second.start()
         try:
             wait_ready(second)

@@ -4,8 +4,9 @@ import os
 import httpx
 import pytest
 
+from backend.auth.service import hash_token
 from tests.services import Stack
-from tests.tiny import submit, tiny_plan, wait_for
+from tests.tiny import environ, submit, tiny_plan, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -33,34 +34,36 @@ def test_run_trains_on_redis_and_postgres(api, trained_run):
     assert log, "the trainer's output is readable through the API"
 
 
-def test_the_worker_claims_with_its_kept_token_and_another_worker_token_may_not_write(stack, api, trained_run,
-                                                                                     pg_url):
-    """The worker ships with the token kept in ULAB_HOME/worker-token (reused by its next start) and records it
-    when it claims: another worker token is refused the run's metrics, the claiming one is not."""
+def test_the_worker_holds_no_database_url_and_its_token_reads_and_writes_no_run(stack, trained_run, pg_url):
+    """The worker trained the run over HTTP alone: no database URL in its environment, its own token (recorded on
+    the run it claimed) reads no run and writes no metrics; the run's metrics went in with its attempt's token."""
     import sqlalchemy as sa
 
-    kept = (stack.home / "worker-token").read_text().strip()
-    me = httpx.get(f"{stack.url}/api/session", headers={"Authorization": f"Bearer {kept}"}, timeout=30).json()
-    assert me["role"] == "worker"
+    env = environ(stack.worker.proc.pid)
+    assert "ULAB_DATABASE_URL" not in env
+    token = env["ULAB_WORKER_TOKEN"]
     engine = sa.create_engine(pg_url)
     try:
         with engine.connect() as c:
-            claimed = c.execute(sa.text("SELECT claimed_token_id FROM runs WHERE id = :i"),
-                                {"i": trained_run["id"]}).scalar_one()
+            claimed = c.execute(sa.text("SELECT t.queues FROM runs r JOIN api_tokens t ON t.id = r.claimed_token_id "
+                                        "WHERE r.id = :i AND t.token_hash = :h"),
+                                {"i": trained_run["id"], "h": hash_token(token)}).scalar_one()
+            attempt_tokens = c.execute(sa.text("SELECT count(*) FROM attempt_tokens WHERE run_id = :i"),
+                                       {"i": trained_run["id"]}).scalar_one()
             # the run ended a while ago (its metrics close a minute after the end): open it again for the check
             c.execute(sa.text("UPDATE runs SET finished_at = now() WHERE id = :i"), {"i": trained_run["id"]})
             c.commit()
     finally:
         engine.dispose()
-    assert claimed == me["token_id"]
+    assert claimed == "gpu-h100-80gb"
+    assert attempt_tokens == 1
     point = {"points": [{"step": 1, "rank": 0, "name": "scope_probe", "value": 1.0}]}  # not a series others read
-    other = stack.token("worker")
-    r = httpx.post(f"{stack.url}/api/runs/{trained_run['id']}/metrics", json=point,
-                   headers={"Authorization": f"Bearer {other}"}, timeout=30)
-    assert r.status_code == 403, r.text
-    r = httpx.post(f"{stack.url}/api/runs/{trained_run['id']}/metrics", json=point,
-                   headers={"Authorization": f"Bearer {kept}"}, timeout=30)
-    assert r.status_code < 300, r.text
+    for worker_token in (token, stack.token("worker")):
+        headers = {"Authorization": f"Bearer {worker_token}"}
+        r = httpx.post(f"{stack.url}/api/runs/{trained_run['id']}/metrics", json=point, headers=headers, timeout=30)
+        assert r.status_code == 403, r.text
+        for path in ("/api/runs", f"/api/runs/{trained_run['id']}", f"/api/runs/{trained_run['id']}/log"):
+            assert httpx.get(f"{stack.url}{path}", headers=headers, timeout=30).status_code == 403, path
 
 
 def test_same_flow_on_embedded_defaults(tmp_path, corpus):

@@ -16,7 +16,7 @@ import pytest
 from tests.e2e.browser import COOKIE, chromium_page
 from tests.services import Stack, postgres_database, wait_http
 from tests.slurm_cluster import missing, slurm_cluster
-from tests.tiny import submit, tiny_plan, trainer_pids, wait_for
+from tests.tiny import environ, submit, tiny_plan, trainer_pids, wait_for
 from worker.trainer.attempt import metrics_files
 
 pytestmark = pytest.mark.slow
@@ -155,7 +155,19 @@ def test_cancel_terms_the_job_then_cancels_it(slurm_stack, cluster, api, corpus)
     run = submit(api, tiny_plan(sp_size=2), {"steps": 100000, "data": {"path": str(corpus)}}, name="slurm-cancel")
     run = wait_step(api, run["id"], 2)
     job_id = run["slurm_job_id"]
-    assert len(trainer_pids(f"run-{run['id']}/")) >= 3  # ulab job's trainer: launcher + 2 ranks
+    pids = trainer_pids(f"run-{run['id']}/")
+    assert len(pids) >= 3  # ulab job's trainer: launcher + 2 ranks
+    # the job reaches the service over HTTP with its attempt's token alone; its trainer holds no token at all
+    envs = {pid: environ(pid) for pid in pids}
+    job = {pid for pid in pids if b"\0job\0" in Path(f"/proc/{pid}/cmdline").read_bytes()}  # srun, `ulab job`
+    assert job, envs.keys()
+    assert len(job) < len(pids), envs.keys()
+    for pid, env in envs.items():
+        assert not {"ULAB_DATABASE_URL", "ULAB_BROKER_URL", "ULAB_WORKER_TOKEN"} & set(env), pid
+        if pid in job:
+            assert env["ULAB_ATTEMPT_TOKEN"].startswith("ulab_attempt_"), pid
+        else:  # the trainer: launcher, torchrun, ranks
+            assert "ULAB_ATTEMPT_TOKEN" not in env, pid
     assert api.post(f"/api/runs/{run['id']}/cancel").json()["cancel_requested"] is True
     final = wait_for(api, run["id"], {"cancelled"}, timeout_s=90)
     assert final["exit_reason"] == "cancelled by request"

@@ -18,7 +18,7 @@ import pytest
 
 from tests.integration.trainer_support import make_plan, write_documents
 from tests.services import REPO, Stack, own_stack
-from tests.tiny import TERMINAL, tiny_plan, wait_for
+from tests.tiny import TERMINAL, environ, tiny_plan, wait_for
 from worker.supervise import last_words_dir
 from worker.trainer.attempt import ATTEMPT_ENV, RUN_LOCK_ENV, lock_file, metrics_files, read_metrics
 
@@ -263,6 +263,12 @@ def test_trainer_sigkill_leaves_no_rank_and_the_reason_names_the_signal(stack, c
     worker = stack.worker.proc.pid
     launcher = [pid for pid in run_processes(run_dir) if psutil.Process(pid).ppid() == worker]
     assert len(launcher) == 1
+    # the worker speaks HTTP only, with its own token; the trainer's processes get neither token nor broker
+    assert "ULAB_DATABASE_URL" not in environ(worker)
+    assert environ(worker)["ULAB_WORKER_TOKEN"]
+    for pid in run_processes(run_dir):
+        held = set(environ(pid)) & {"ULAB_DATABASE_URL", "ULAB_WORKER_TOKEN", "ULAB_BROKER_URL", "ULAB_ATTEMPT_TOKEN"}
+        assert not held, (pid, held)
     os.kill(launcher[0], signal.SIGKILL)
     took = seconds_until_gone(ranks, 60)
     assert took is not None, f"ranks {ranks} outlived the trainer"

@@ -97,7 +97,7 @@ def test_out_of_memory_names_the_rank_and_size(runs):
     last = proc.stderr.strip().splitlines()[-1]
     assert "out of memory on rank" in last, last
     assert "512.00 GiB" in last, last
-    err = json.loads((runs.root / "oom" / "error.json").read_text())
-    assert err["kind"] == "oom"
-    assert err["rank"] in (0, 1)
-    assert err["requested_gib"] == 512.0
+    record = json.loads((runs.root / "oom" / "outcome.json").read_text())  # the launcher's, from the first rank's
+    assert (record["cause"], record["exit_code"]) == ("oom", 3)
+    assert record["rank"] in (0, 1)
+    assert "tried to allocate 512.00 GiB" in record["message"]

@@ -98,6 +98,14 @@ def test_the_worker_task_module_loads_no_web_framework():
     assert packages_loaded("import worker.tasks", ("fastapi", "starlette")) == []
 
 
+def test_the_worker_loads_no_database_library():
+    """Workers speak HTTP only (backend/execution/agent.py): the Celery task, a gang node, a Slurm job, a probe's
+    launcher
+    and the tracker forwarder load no SQLAlchemy, so none of them could reach the database if it held its URL."""
+    code = "import worker.tasks, worker.gang, worker.slurm_job, worker.probe, worker.trackers, worker.celery_app"
+    assert packages_loaded(code, ("sqlalchemy", "psycopg", "alembic")) == []
+
+
 def test_the_worker_task_module_loads_no_training_stack():
     """The Celery worker starts the trainer as a process: importing its tasks (a worker start, 2.3 CPU-s with
     Transformers and torch, 0.5 s without) loads none of them. It reads the trainer's stop file through guard.py,

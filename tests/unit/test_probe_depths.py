@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import json
 
+from plan.outcome import OUTCOME_FILE, Cause, Outcome, write_outcome
 from worker.probe import breakdown, depth_outcome, read_depth
 from worker.trainer.probe_layout import DONE
 
 
 def test_a_depth_says_done_failed_oom_or_nothing(tmp_path):
     assert depth_outcome(tmp_path) is None  # not reached: the launch ended before it
-    (tmp_path / "error.txt").write_text("rank 1: RuntimeError: boom\n")
+    write_outcome(tmp_path, Outcome.of(Cause.ERROR, "rank 1: RuntimeError: boom"), paths=[tmp_path / OUTCOME_FILE])
     assert depth_outcome(tmp_path) == ("failed", "rank 1: RuntimeError: boom")
-    (tmp_path / "error.txt").write_text("out of memory on rank 0: tried to allocate 2.00 GiB (OutOfMemoryError)\n")
-    assert depth_outcome(tmp_path)[0] == "oom"
+    write_outcome(tmp_path, Outcome.of(Cause.OOM, "rank 0 ran short"), paths=[tmp_path / OUTCOME_FILE])
+    assert depth_outcome(tmp_path) == ("oom", "rank 0 ran short")  # the record's cause, whatever its words
     (tmp_path / DONE).write_text("ok\n")
     assert depth_outcome(tmp_path) == ("ok", None)
 

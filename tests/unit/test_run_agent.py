@@ -1,6 +1,7 @@
-"""The seam between the workers and the service (backend/execution/agent.py) on a real SQLite database: what a worker
-does to a run goes through it, and an attempt's by-products (a probe's result, the calibration point) are stored
-once, where the attempt ends (backend/execution/outcome.py), for the Celery worker and the Slurm poller alike."""
+"""The service's side of the seam between the workers and the service (backend/execution/sql_agent.py, behind the agent
+API) on a real SQLite database: what a worker does to a run goes through it, and an attempt's by-products (a probe's
+result, the calibration point) are stored once, where the attempt ends (backend/execution/outcome.py), for the Celery
+worker and the Slurm poller alike."""
 from __future__ import annotations
 
 import pytest
@@ -9,7 +10,8 @@ from sqlalchemy import select
 from backend.calibration.models import CalibrationPoint
 from backend.core import db, settings
 from backend.execution import outcome
-from backend.execution.agent import Claim, RunAgent, SqlRunAgent, get_agent
+from backend.execution.agent import Claim, RunAgent
+from backend.execution.sql_agent import SqlRunAgent
 from backend.runs import transitions
 from backend.runs.models import Run
 from backend.runs.states import RunState
@@ -21,11 +23,11 @@ from tests.tiny import tiny_plan
 def database(tmp_path, monkeypatch):
     monkeypatch.setenv("ULAB_DATABASE_URL", f"sqlite:///{tmp_path / 't.db'}")
     monkeypatch.setenv("ULAB_HOME", str(tmp_path / "home"))
-    for cached in (settings.get_settings, db.get_engine, db.get_sessionmaker, get_agent):
+    for cached in (settings.get_settings, db.get_engine, db.get_sessionmaker):
         cached.cache_clear()
     db.upgrade_database()
     yield
-    for cached in (settings.get_settings, db.get_engine, db.get_sessionmaker, get_agent):
+    for cached in (settings.get_settings, db.get_engine, db.get_sessionmaker):
         cached.cache_clear()
 
 
@@ -49,25 +51,26 @@ def calibration_points(run_id: int) -> list[str]:
 
 
 def running(agent: RunAgent) -> Claim:
-    claim = agent.claim(queued_run(), "host:1", token_id=None)
+    claim = agent.claim(queued_run(), "host:1")
     assert claim is not None
     assert agent.start(claim.id, claim.attempt, "/tmp/run")
     return claim
 
 
 def test_a_claim_is_plain_data_of_the_live_attempt():
-    agent = get_agent()
-    assert isinstance(agent, SqlRunAgent)
+    agent = SqlRunAgent()
     run_id = queued_run()
-    claim = agent.claim(run_id, "host:1", token_id=None)
-    assert claim == Claim(id=run_id, attempt=1, spec=spec(), worker="host:1")
-    assert agent.claim(run_id, "host:2", token_id=None) is None  # a second delivery gets nothing
+    claim = agent.claim(run_id, "host:1")
+    assert claim is not None
+    assert claim.token.startswith("ulab_attempt_")  # the attempt's: its later calls and metrics present it
+    assert claim == Claim(id=run_id, attempt=1, spec=spec(), worker="host:1", token=claim.token)
+    assert agent.claim(run_id, "host:2") is None  # a second delivery gets nothing
     assert agent.heartbeat(run_id, 1, last_step=0) is False
 
 
 def test_a_run_that_never_stepped_leaves_no_calibration_point():
     # the stricter of the two copies that drifted (the Slurm poller's): a run with no step measured nothing
-    agent = get_agent()
+    agent = SqlRunAgent()
     claim = running(agent)
     assert agent.finish(claim.id, claim.attempt, RunState.FAILED, "exit code 1", last_step=0)
     assert calibration_points(claim.id) == []
@@ -76,7 +79,7 @@ def test_a_run_that_never_stepped_leaves_no_calibration_point():
 
 
 def test_a_run_that_stepped_gets_its_calibration_point_once_it_ended():
-    agent = get_agent()
+    agent = SqlRunAgent()
     claim = running(agent)
     assert agent.heartbeat(claim.id, claim.attempt, last_step=3) is False
     assert calibration_points(claim.id) == []
@@ -87,7 +90,7 @@ def test_a_run_that_stepped_gets_its_calibration_point_once_it_ended():
 
 
 def test_an_attempt_that_is_no_longer_live_records_nothing():
-    agent = get_agent()
+    agent = SqlRunAgent()
     claim = running(agent)
     with db.session_scope() as s:
         run = s.get_one(Run, claim.id)
@@ -97,23 +100,14 @@ def test_an_attempt_that_is_no_longer_live_records_nothing():
 
 
 def test_a_cancelled_run_leaves_no_calibration_point():
-    agent = get_agent()
+    agent = SqlRunAgent()
     claim = running(agent)
     assert agent.finish(claim.id, claim.attempt, RunState.CANCELLED, "cancelled by request", last_step=3)
     assert calibration_points(claim.id) == []
 
 
-def test_the_worker_credentials_are_kept_and_reused():
-    agent = get_agent()
-    first = agent.credentials()
-    assert first.token
-    assert first.token_id is not None
-    get_agent.cache_clear()  # a restarted worker reads the same kept token
-    assert get_agent().credentials() == first
-
-
 def test_the_forwarder_reads_what_was_stored_through_the_seam():
-    agent = get_agent()
+    agent = SqlRunAgent()
     claim = running(agent)
     stored = agent.stored(claim.id, after=0)
     assert (stored.state, stored.ended, stored.rows, stored.alerts) == ("running", False, [], {})
@@ -123,7 +117,7 @@ def test_the_forwarder_reads_what_was_stored_through_the_seam():
 
 
 def test_a_run_and_a_claim_read_the_validated_plan():
-    agent = get_agent()
+    agent = SqlRunAgent()
     claim = running(agent)
     assert isinstance(claim.plan, Plan)
     assert claim.plan is claim.plan  # validated once

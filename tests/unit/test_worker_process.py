@@ -86,27 +86,40 @@ def test_the_reason_names_the_signal_and_leaves_out_warnings():
     assert failure_reason(1, summary).startswith("exit code 1 (rank 1 killed by SIGKILL):")
 
 
-def test_the_reason_names_a_known_cause_found_anywhere_in_the_attempt(tmp_path):
-    """Issue 25: the cause is searched in the whole attempt's part of the log (not in its last lines) and in the
-    last words kept outside the run directory; its words come first, on one line."""
-    from worker.supervise import attempt_cause
+def test_the_attempt_is_read_from_its_outcome_record_not_its_log(tmp_path, monkeypatch):
+    """The worker reads the attempt's record (plan/outcome.py): in the run directory, else beside the last words
+    (a full run disk); its message leads the reason; a log that says "out of memory" decides nothing; an attempt
+    killed before it wrote a record ends by its exit code alone."""
+    from plan.outcome import OUTCOME_FILE, Cause, Outcome, write_outcome
+    from worker import supervise
+    from worker.supervise import attempt_outcome, exit_state
 
-    log = tmp_path / "train.log"
-    banner = "Setting OMP_NUM_THREADS environment variable for each process to be 1 in default"
-    noise = "".join(f"[rank1]: step {i}\n" for i in range(200))
-    log.write_text(f"--- attempt 1 on w ---\nOSError: [Errno 28] No space left on device\n"
-                   f"--- attempt 2 on w ---\n{banner}\n[rank0]: OSError: [Errno 28] No space left on device: "
-                   f"'/runs/run-1/metrics.attempt-2.jsonl'\n{noise}error: torchrun killed by SIGKILL\n")
-    cause = attempt_cause(log, tmp_path / "none")
-    assert cause == "no space left on device: the disk of the run directory is full"
-    reason = failure_reason(1, banner + "\n" + noise, cause)
-    assert reason.splitlines()[0] == f"{cause} (exit code 1):"
-    log.write_text(f"--- attempt 1 on w ---\n{banner}\n{noise}error: torchrun killed by SIGKILL\n")
-    assert failure_reason(1, banner, attempt_cause(log, tmp_path / "none")).splitlines()[0] == \
-        "torchrun was killed by SIGKILL (exit code 1):"
-    log.write_text("--- attempt 1 on w ---\nerror: run.model_path: /m has no tokenizer that loads (x)\n")
-    assert "no tokenizer" in attempt_cause(log, tmp_path / "none")
-    words = tmp_path / "words"  # the log could not be written: the last words say it
-    log.write_text("--- attempt 1 on w ---\n")
-    words.write_text("out of memory on rank 1: tried to allocate 2.00 GiB (OutOfMemoryError)\n")
-    assert attempt_cause(log, words) == "out of memory on rank 1: tried to allocate 2.00 GiB (OutOfMemoryError)"
+    monkeypatch.setattr(supervise, "last_words_dir", lambda: tmp_path / "shm")
+    (tmp_path / "shm").mkdir()
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "train.log").write_text("CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    assert attempt_outcome(run_dir, 1, 7, 1) == Outcome(Cause.ERROR, 1)
+    assert exit_state(False, attempt_outcome(run_dir, 1, 7, 1)) == "failed"  # the log's words decide nothing
+    assert exit_state(False, attempt_outcome(run_dir, -9, 7, 1)) == "failed"
+    assert failure_reason(-9, "", attempt_outcome(run_dir, -9, 7, 1).message or None) == \
+        "the trainer was killed by SIGKILL"
+    full = Outcome.of(Cause.NO_SPACE, "no space left on device: the disk of the run directory is full")
+    write_outcome(run_dir, full, paths=[supervise.outcome_file(7, 1, 0)])  # the run disk could not take it
+    found = attempt_outcome(run_dir, 1, 7, 1)
+    assert found == full
+    assert exit_state(False, found) == "failed"
+    assert failure_reason(1, "step 100", found.message).splitlines()[0] == \
+        "no space left on device: the disk of the run directory is full (exit code 1):"
+    write_outcome(run_dir, Outcome.of(Cause.OOM, "out of memory on rank 1"), paths=[run_dir / OUTCOME_FILE])
+    assert exit_state(False, attempt_outcome(run_dir, 3, 7, 1)) == "oom"
+    assert exit_state(True, attempt_outcome(run_dir, 3, 7, 1)) == "cancelled"
+    write_outcome(run_dir, Outcome.of(Cause.DIVERGED, "stopped: loss diverged"), paths=[run_dir / OUTCOME_FILE])
+    assert exit_state(False, attempt_outcome(run_dir, 76, 7, 1)) == "stopped"
+    write_outcome(run_dir, Outcome.of(Cause.COMPLETED), paths=[run_dir / OUTCOME_FILE])
+    assert exit_state(False, attempt_outcome(run_dir, 0, 7, 1)) == "succeeded"
+    # a record of "completed" beside a failed exit (a stale one) is not taken
+    assert attempt_outcome(run_dir, 1, 7, 1) == Outcome(Cause.ERROR, 1)
+    assert supervise.remove_stale_last_words(tmp_path / "shm") == []  # this process's pid: not stale
+
+

@@ -17,8 +17,9 @@ and the attempt writes its own metrics file (attempt.py). A stop (SIGTERM or SIG
 torchrun, which stops the ranks; after plan.launch.launcher_stop_wait_s whatever of the attempt still runs is
 SIGKILLed, and so is anything torchrun left behind when it exits.
 
-Exit codes (exits.py): 0 done; 1 training failed (reason on the last stderr line, also in RUN_DIR/error.txt);
-2 bad plan or data; 3 out of memory; 75 stopped by SIGTERM after saving a checkpoint (resume with --resume).
+How the attempt ended goes in RUN_DIR/outcome.json (plan/outcome.py: its cause, step, exit code and message): the
+first failing rank writes it, then this launcher writes the attempt's final one, and exits with its code (the
+codes are plan/outcome.py's; the reason is also the last stderr line).
 """
 from __future__ import annotations
 
@@ -47,20 +48,11 @@ from plan.launch import (
     torchrun_env,
     torchrun_reads_shutdown_timeout,
 )
+from plan.outcome import Cause, Outcome, clear_outcome, read_outcome, write_outcome
 
 from . import attempt as attempts
 from .cpu_info import share_cpu_info
-from .exits import (
-    EXIT_BAD_INPUT,
-    EXIT_FAILED,
-    EXIT_OK,
-    EXIT_OOM,
-    EXIT_PREEMPTED,
-    EXIT_STOPPED,
-    describe_exit,
-    say_last_words,
-    says_out_of_memory,
-)
+from .exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, describe_exit, say_last_words
 from .spec import PlanError, RunSpec, check_model_source, load_plan
 
 
@@ -173,14 +165,15 @@ def run_train(plan_path: Path, run_dir: Path, resume: bool, attempt: int | None 
     except (attempts.LockBusy, OSError) as e:
         _say(f"error: {e}")
         return EXIT_FAILED
+    if "LOCAL_RANK" not in os.environ:  # the launcher, with the lock: an earlier attempt's record goes
+        clear_outcome(run_dir)
     if resume_from and "LOCAL_RANK" not in os.environ:  # the launcher, with the lock: no rank is saving now
         from .checkpoints import discard_newer
 
         try:
             moved = discard_newer(run_dir, resume_from, lock.attempt or 0)
         except (ValueError, OSError) as e:
-            _say(f"error: {e}")
-            return EXIT_BAD_INPUT
+            return _bad_input(run_dir, f"error: {e}")
         print(f"--resume-from {resume_from}: {len(moved)} newer checkpoint(s) moved aside"
               + (f" ({', '.join(str(p) for p in moved)})" if moved else ""), flush=True)
         resume = True
@@ -188,13 +181,7 @@ def run_train(plan_path: Path, run_dir: Path, resume: bool, attempt: int | None 
         spec = validate(plan_path, run_dir, resume)
         set_alloc_conf(spec)
     except (PlanError, DataError) as e:
-        _say(f"error: {e}")
-        try:
-            with open(run_dir / "error.txt", "a") as f:
-                f.write(f"error: {e}\n")
-        except OSError:
-            pass
-        return EXIT_BAD_INPUT
+        return _bad_input(run_dir, f"error: {e}")
     if resume and not any(run_dir.glob("checkpoints/stage*/checkpoint-*/trainer_state.json")):
         if "LOCAL_RANK" not in os.environ or os.environ.get("RANK") == "0":
             print(f"--resume: no checkpoint under {run_dir / 'checkpoints'} yet; starting from step 1", flush=True)
@@ -208,7 +195,17 @@ def run_train(plan_path: Path, run_dir: Path, resume: bool, attempt: int | None 
     with gc_off_for_imports():
         from .train import train_this_rank
 
-        return train_this_rank(spec, run_dir, resume)
+        code = train_this_rank(spec, run_dir, resume)
+    if code == EXIT_OK and "LOCAL_RANK" not in os.environ:  # one process, no torchrun: the launcher's record
+        write_outcome(run_dir, Outcome.of(Cause.COMPLETED, attempt=lock.attempt))
+    return code
+
+
+def _bad_input(run_dir: Path, line: str) -> int:
+    """A plan, data or checkpoint reference the trainer refuses: said, and recorded (exit code 2)."""
+    _say(line)
+    write_outcome(run_dir, Outcome.of(Cause.ERROR, line, exit_code=EXIT_BAD_INPUT))
+    return EXIT_BAD_INPUT
 
 
 @contextmanager
@@ -237,21 +234,15 @@ def _launch_ranks(spec: RunSpec, plan_path: Path, run_dir: Path, resume: bool, l
                            node_rank=int(os.environ.get("ULAB_NODE_RANK", "0")), rdzv_endpoint=endpoint,
                            rdzv_id=os.environ.get("ULAB_RDZV_ID"),
                            rank_logs=run_dir / "logs" / f"attempt-{lock.attempt}")
-    err_file = run_dir / "error.txt"
-    err_file.unlink(missing_ok=True)
     rc = _run_torchrun(cmd, spec, lock)
-    if rc == 0:
-        return EXIT_OK
-    reason = err_file.read_text().strip().splitlines()[-1] if err_file.exists() else ""
-    code = EXIT_FAILED
-    if reason.startswith("preempted"):
-        code = EXIT_PREEMPTED
-    elif reason.startswith("stopped: "):  # a stop rule (guard.py)
-        code = EXIT_STOPPED
-    elif says_out_of_memory(reason):
-        code = EXIT_OOM
-    _say(reason or f"error: torchrun {describe_exit(rc)}")
-    return code
+    # the attempt's record: completed; else the first failing rank's; else torchrun's own end (killed, say)
+    final = Outcome.of(Cause.COMPLETED) if rc == 0 else read_outcome(run_dir) or Outcome.of(
+        Cause.SIGNAL if rc < 0 else Cause.ERROR, f"torchrun was {describe_exit(rc)}", exit_code=EXIT_FAILED)
+    final = Outcome(final.cause, final.exit_code, final.message, final.step, final.rank, lock.attempt)
+    write_outcome(run_dir, final)
+    if rc != 0:
+        _say(final.message)
+    return final.exit_code
 
 
 def _run_torchrun(cmd: list[str], spec: RunSpec, lock: attempts.RunLock) -> int:

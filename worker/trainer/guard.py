@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 from plan.guardrails import Divergence, non_finite, stop_reason
+from plan.outcome import Cause
 
 STOPPED_FILE = "stopped.json"  # {"kind", "step", "message", "reason", "attempt"}
 
@@ -43,6 +44,12 @@ class Guard:
         if message is not None and self.stop_on_divergence:
             self.fired = ("loss_diverged", step, message)
         return self.fired
+
+    @property
+    def cause(self) -> Cause:
+        """The outcome's cause (plan/outcome.py) of the rule that fired."""
+        kind = self.fired[0] if self.fired else ""
+        return Cause.DIVERGED if kind == "loss_diverged" else Cause.NAN if kind.endswith("_nan") else Cause.STOPPED
 
     @property
     def reason(self) -> str | None:

@@ -7,8 +7,8 @@ metrics callback, so the per-depth figures mean what a run's do. Between depths 
 and the Ulysses groups are released, and the peak statistics start over (CUDA: empty_cache and
 reset_peak_memory_stats; CPU ranks: the tensor meter starts afresh at every step anyway).
 
-Per depth, rank 0 writes OUT/depth-N/done once every rank finished it. A failure writes OUT/depth-N/error.txt (and
-error.json for an out-of-memory) and ends the launch with the trainer's exit code: torchrun then stops the other
+Per depth, rank 0 writes OUT/depth-N/done once every rank finished it. A failure writes OUT/depth-N/outcome.json
+(plan/outcome.py) and ends the launch with the trainer's exit code: torchrun then stops the other
 ranks, and the launcher says which depths ran, which failed and which are left.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ import torch
 from .attempt import metrics_file
 from .callbacks import STOP, install_stop_handler
 from .cpu_info import share_cpu_info
-from .exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED
+from .exits import EXIT_BAD_INPUT, EXIT_OK, Cause
 from .metrics import MetricsWriter
 from .probe_layout import DONE, depth_dir
 
@@ -92,7 +92,7 @@ def run_depths(out: Path, depths: list[int]) -> int:
         try:
             hold_run_dir(run_dir / "plan.json", Path(out), None)
         except (LockBusy, OSError) as e:
-            return _fail(run_dir, rank, f"error: {e}", EXIT_FAILED)
+            return _fail(run_dir, rank, f"error: {e}", Cause.ERROR)
     try:
         rank, world, device = setup_distributed()
         attention = None
@@ -119,9 +119,9 @@ def run_depths(out: Path, depths: list[int]) -> int:
         torch.distributed.barrier()
         return EXIT_OK
     except PlanError as e:
-        return _fail(run_dir, rank, f"error: {e}", EXIT_BAD_INPUT)
+        return _fail(run_dir, rank, f"error: {e}", Cause.ERROR, exit_code=EXIT_BAD_INPUT)
     except InterruptedError as e:
-        return _fail(run_dir, rank, str(e), EXIT_PREEMPTED, quiet_trace=True)
+        return _fail(run_dir, rank, str(e), Cause.SIGNAL, quiet_trace=True)
     except Exception as e:  # every failure ends with one line, as a training rank's
         return failed(run_dir, rank, e)
     finally:

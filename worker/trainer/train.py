@@ -8,7 +8,8 @@ Layout of RUN_DIR:
   data/stage{i}.npz                   packed rows per stage (written by the CLI before the ranks start)
   checkpoints/stage{i}/checkpoint-K   Trainer + DeepSpeed checkpoints (K counts inside the stage; last K kept)
   stages/stage{i}/                    the model at the end of stage i (stage i+1 starts from it)
-  error.txt, error.json               the failure reason (one line) when a rank fails
+  outcome.json                        how the attempt ended (plan/outcome.py): the first failing rank's, then
+                                      the launcher's
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from pathlib import Path
 import torch
 
 from plan.launch import deepspeed_config, effective_attn, parallelism, training_arguments
+from plan.outcome import EXIT_CODE, Cause, Outcome, write_outcome
 
 from .attempt import ATTEMPT_ENV, metrics_file
 from .attention import install_document_attention
@@ -33,7 +35,7 @@ from .checkpoints import latest_checkpoint
 from .collectives import check_shared_run_dir, share_cores
 from .data import hold_back, last_row_padded, load_stage_rows, tokenizer_for
 from .evaluate import passkey, position_loss
-from .exits import EXIT_FAILED, EXIT_OK, EXIT_OOM, EXIT_PREEMPTED, EXIT_STOPPED, say_last_words, says_out_of_memory
+from .exits import EXIT_OK, error_cause, say_last_words, says_out_of_memory
 from .guard import Guard
 from .metrics import MemoryMeter, MetricsWriter, peak_tflops
 from .model import TiledLossHead, build_model, enable_tiled_mlp
@@ -278,13 +280,13 @@ def train_this_rank(spec, run_dir: Path, resume: bool) -> int:
             cb = run_stage(spec, run_dir, i, resume_from=resume_from if i == start_stage else None,
                            steps_done=steps_done if i == start_stage else 0, attn=attn, writer=writer, rank=rank,
                            guard=guard)
-            if guard.reason is not None:  # a stop rule fired: the checkpoint is saved
+            if guard.fired is not None and guard.reason is not None:  # a stop rule fired: the checkpoint is saved
                 if rank == 0:
                     guard.write(run_dir, attempt)
-                return _fail(run_dir, rank, guard.reason, EXIT_STOPPED, quiet_trace=True)
+                return _fail(run_dir, rank, guard.reason, guard.cause, quiet_trace=True, step=guard.fired[1])
             if cb.stopped_by_signal:
                 return _fail(run_dir, rank, f"preempted: signal {STOP['signal']} on rank {rank}; checkpoint saved, "
-                                            f"continue with --resume", EXIT_PREEMPTED, quiet_trace=True)
+                                            f"continue with --resume", Cause.SIGNAL, quiet_trace=True)
             if rank == 0 and i > 0:  # the previous stage's checkpoints are superseded by its final model
                 shutil.rmtree(run_dir / "checkpoints" / f"stage{i - 1}", ignore_errors=True)
             torch.distributed.barrier()
@@ -300,10 +302,12 @@ def train_this_rank(spec, run_dir: Path, resume: bool) -> int:
 
 def failed(run_dir: Path, rank: int, e: Exception) -> int:
     """A rank's failure as its exit code and one line (written by _fail): out of memory (torch's error, or a
-    RuntimeError that says so), or `rank R: Type: first line`. The trainer's and the probe's ranks both end so."""
+    RuntimeError that says so), no space left on device, or `rank R: Type: first line`. The trainer's and the
+    probe's ranks both end so."""
     if isinstance(e, torch.OutOfMemoryError) or (isinstance(e, RuntimeError) and says_out_of_memory(str(e))):
         return _oom(run_dir, rank, e)
-    return _fail(run_dir, rank, f"rank {rank}: {type(e).__name__}: {_first_line(e)}", EXIT_FAILED)
+    cause, line = error_cause(e, f"rank {rank}: {type(e).__name__}: {_first_line(e)}")
+    return _fail(run_dir, rank, line, cause)
 
 
 def close_distributed() -> None:
@@ -324,29 +328,23 @@ _UNITS = {"GiB": 1024**3, "MiB": 1024**2, "KiB": 1024, "GB": 1e9, "MB": 1e6, "by
 
 
 def _oom(run_dir: Path, rank: int, e: BaseException) -> int:
-    """One line `out of memory on rank R: tried to allocate X GiB` and RUN_DIR/error.json {"kind": "oom", ...}."""
+    """One line `out of memory on rank R: tried to allocate X GiB`."""
     m = re.search(r"allocate\s+([\d.]+)\s*(GiB|MiB|KiB|GB|MB|bytes|B)\b", str(e), re.IGNORECASE)
     gib = float(m.group(1)) * _UNITS.get(m.group(2), 1) / 1024**3 if m else None
     size = f": tried to allocate {gib:.2f} GiB" if gib is not None else ""
-    line = f"out of memory on rank {rank}{size} ({type(e).__name__})"
-    try:
-        (Path(run_dir) / "error.json").write_text(json.dumps({"kind": "oom", "rank": rank, "requested_gib": gib,
-                                                              "message": _first_line(e)}))
-    except OSError:
-        pass
-    return _fail(run_dir, rank, line, EXIT_OOM)
+    return _fail(run_dir, rank, f"out of memory on rank {rank}{size} ({type(e).__name__})", Cause.OOM)
 
 
-def _fail(run_dir: Path, rank: int, line: str, code: int, quiet_trace: bool = False) -> int:
+def _fail(run_dir: Path, rank: int, line: str, cause: Cause, quiet_trace: bool = False, step: int | None = None,
+          exit_code: int | None = None) -> int:
+    """Say the failure's one line and record it (RUN_DIR/outcome.json, unless a rank recorded a failure first);
+    answers the exit code (the cause's, or `exit_code`)."""
+    code = EXIT_CODE[cause] if exit_code is None else exit_code
     say_last_words(line)  # first: on a full disk, the writes below fail
+    write_outcome(run_dir, Outcome(cause, code, line, step=step, rank=rank), first=True)
     try:
         if not quiet_trace:
             traceback.print_exc(file=sys.stderr)
-    except OSError:
-        pass
-    try:
-        with open(Path(run_dir) / "error.txt", "a") as f:
-            f.write(line + "\n")
     except OSError:
         pass
     try:

@@ -8,7 +8,7 @@ through backend/runs/transitions.py).
 | PENDING (and CONFIGURING, REQUEUED...)        | queued, with Slurm's reason shown                      |
 | RUNNING, COMPLETING                           | running                                                |
 | COMPLETED                                     | succeeded                                              |
-| FAILED                                        | failed (oom when the trainer exited with its OOM code) |
+| FAILED                                        | failed (oom, stopped: as the attempt's outcome record) |
 | OUT_OF_MEMORY                                 | oom                                                    |
 | CANCELLED                                     | cancelled                                              |
 | TIMEOUT, PREEMPTED, NODE_FAIL, BOOT_FAIL, ... | lost; then the next attempt when retries remain        |
@@ -37,6 +37,7 @@ from sqlalchemy import and_, or_, select
 from backend.core.db import session_scope
 from backend.core.logs import tail_lines
 from backend.core.settings import Settings, get_settings
+from backend.execution import attempt_tokens
 from backend.execution.outcome import end_attempt
 from backend.executors.slurm.jobscript import render
 from backend.executors.slurm.submit import (
@@ -56,10 +57,9 @@ from backend.runs import transitions
 from backend.runs.models import Run
 from backend.runs.states import ACTIVE, TERMINAL, RunState
 from plan.launch import stop_grace_s
+from plan.outcome import OUTCOME_FILE, STOP_RULES, Cause, Outcome, read_outcome
 
 log = logging.getLogger(__name__)
-EXIT_OOM = 3  # the trainer's exit code for out of memory (worker/trainer/exits.py; backend never imports worker)
-EXIT_STOPPED = 76  # the trainer stopped itself on a stop rule (worker/trainer/guard.py)
 LOG_TAIL_LINES = 30
 ENDED = {"COMPLETED": RunState.SUCCEEDED, "FAILED": RunState.FAILED, "OUT_OF_MEMORY": RunState.OOM,
          "CANCELLED": RunState.CANCELLED}
@@ -91,10 +91,12 @@ def submit_if_needed(run_id: int, settings: Settings) -> str | None:
             return None
         script_path = run_dir / f"job-attempt{run.attempt}.sh"
         script_path.write_text(script)
+        with session_scope() as s:
+            token = attempt_tokens.mint(s, run.id, run.attempt)
         try:
             r = subprocess.run(["sbatch", "--parsable", "--chdir", str(run_dir),
                                 "--output", str(run_dir / "slurm-%j.out"), str(script_path)],
-                               capture_output=True, text=True, timeout=SLURM_TIMEOUT_S, env=job_env(settings))
+                               capture_output=True, text=True, timeout=SLURM_TIMEOUT_S, env=job_env(settings, token))
         except (OSError, subprocess.TimeoutExpired) as e:
             log.warning("run %s: sbatch failed (%s); trying again on the next poll", run.id, e)
             return None
@@ -108,6 +110,8 @@ def submit_if_needed(run_id: int, settings: Settings) -> str | None:
         if not transitions.slurm_submitted(run.id, run.attempt, job_id):
             scancel(job_id)
             return None
+        with session_scope() as s:
+            attempt_tokens.bind_job(s, token, job_id)
         log.info("run %s attempt %s: Slurm job %s", run.id, run.attempt, job_id)
         return job_id
 
@@ -143,9 +147,16 @@ def tracked_runs() -> list[Tracked]:
                         r.cancel_requested, r.spec) for r in rows]
 
 
-def failure_reason(run_id: int, job: Job, settings: Settings) -> str:
+def job_outcome(run_id: int, settings: Settings) -> Outcome | None:
+    """The attempt's outcome record, which the job's trainer left in the run directory (plan/outcome.py)."""
+    run_dir = run_dir_of(run_id, settings)
+    return read_outcome(run_dir, [run_dir / OUTCOME_FILE])
+
+
+def failure_reason(run_id: int, job: Job, settings: Settings, outcome: Outcome | None) -> str:
     tail = "\n".join(tail_lines(run_dir_of(run_id, settings) / "train.log", LOG_TAIL_LINES))
-    return f"Slurm job {job.job_id} {job.state}, exit code {job.exit_code}" + (f":\n{tail}" if tail else "")
+    said = f": {outcome.message}" if outcome is not None and outcome.message else ""
+    return f"Slurm job {job.job_id} {job.state}, exit code {job.exit_code}{said}" + (f":\n{tail}" if tail else "")
 
 
 class Poller:
@@ -215,11 +226,11 @@ class Poller:
             final = RunState.CANCELLED
         else:
             final = ENDED.get(job.state, RunState.FAILED)
-            if final == RunState.FAILED and job.exit_code == EXIT_OOM:
-                final = RunState.OOM
-            elif final == RunState.FAILED and job.exit_code == EXIT_STOPPED:
-                final = RunState.STOPPED
-            reason = None if final == RunState.SUCCEEDED else failure_reason(run.id, job, self.settings)
+            outcome = job_outcome(run.id, self.settings)
+            if final == RunState.FAILED and outcome is not None and outcome.exit_code == job.exit_code:
+                final = RunState.OOM if outcome.cause == Cause.OOM else \
+                    RunState.STOPPED if outcome.cause in STOP_RULES else final
+            reason = None if final == RunState.SUCCEEDED else failure_reason(run.id, job, self.settings, outcome)
         job_id = run.job_id  # a probe's result and the calibration point: where every attempt ends (outcome.py)
         if end_attempt(run.id, final, lambda: transitions.slurm_finished(run.id, job_id, final, reason, job.state)):
             log.info("run %s: Slurm job %s %s -> %s", run.id, job.job_id, job.state, final.value)

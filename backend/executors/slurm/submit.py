@@ -104,12 +104,16 @@ def run_dir_of(run_id: int, settings: Settings) -> Path:
     return settings.resolved_slurm_shared_dir / f"run-{run_id}"
 
 
-def job_env(settings: Settings) -> dict[str, str]:
-    """The job's environment: the API's (sbatch exports it), with the settings the job needs made absolute, so a
-    job started in its run directory reaches the same database and API."""
-    return {**os.environ, "ULAB_HOME": str(settings.home.resolve()),
-            "ULAB_DATABASE_URL": settings.resolved_database_url, "ULAB_API_URL": settings.api_url,
-            "PYTHONUNBUFFERED": "1"}
+# The service's own credentials, which a job never gets: it reaches the service over HTTP with its attempt's token.
+SERVICE_SECRETS = ("ULAB_DATABASE_URL", "ULAB_BROKER_URL", "ULAB_REDIS_PASSWORD", "ULAB_WORKER_TOKEN")
+
+
+def job_env(settings: Settings, attempt_token: str) -> dict[str, str]:
+    """The job's environment: the API's (sbatch exports it) without the service's credentials, with the settings the
+    job needs made absolute, so a job started in its run directory reaches the same API, and its attempt's token."""
+    return {**{k: v for k, v in os.environ.items() if k not in SERVICE_SECRETS},
+            "ULAB_HOME": str(settings.home.resolve()), "ULAB_API_URL": settings.api_url,
+            "ULAB_ATTEMPT_TOKEN": attempt_token, "PYTHONUNBUFFERED": "1"}
 
 
 # --- read Slurm -----------------------------------------------------------------------------------------------
