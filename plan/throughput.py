@@ -219,10 +219,12 @@ def estimate_throughput(spec, attn_len: int | None = None, attn_block: int | Non
         # ZeRO-3 prefetches stage3_prefetch_bucket_size = 0.9 h^2 parameters ahead (Transformers' "auto",
         # plan/memory.py zero3_live_bytes), less than a layer's 12 h^2 or more: a layer's gathers and its gradients'
         # reduce-scatter overlap the neighbouring layer's compute only, and the first layer's gather of each pass
-        # has nothing before it to hide behind. The embedding and lm_head are spread over the layers.
+        # has nothing before it to hide behind. The embedding and lm_head are spread over the layers, which are
+        # alike: the per-layer excess summed over L layers is the whole pass's excess over the layers' compute
+        # (not over the lm_head's and the loss's, which no gather overlaps).
         zero_total = ga * _link_time(spec, (passes * B + comm_b) * psi * shard, N)
         first = passes * _link_time(spec, B * psi / L * shard, N)
-        zero_exposed = ga * first + L * max(0.0, zero_total / L - ga * layers_micro / L)
+        zero_exposed = ga * first + max(0.0, zero_total - ga * layers_micro)
     elif z == 2:
         per_micro = _link_time(spec, comm_b * psi * shard, N)
         after = _link_time(spec, B * psi * shard, N)
