@@ -37,6 +37,9 @@ def plan(
                                               help="With --import: TrainingArguments as JSON."),
     gpu: str | None = typer.Option(None, "--gpu", help="With --import: the GPU the job runs on (H100-80GB)."),
     gpus_per_node: int | None = typer.Option(None, "--gpus-per-node", min=1, help="With --import: GPUs per node (8)."),
+    train_tokens: float | None = typer.Option(None, "--train-tokens", help="Tokens to train on (2e9 is fine): the "
+                                              "estimate answers `cost`, the run's wall time and GPU-hours; with "
+                                              "--recommend, rank by that wall time."),
 ) -> None:
     """Estimate per-GPU memory and throughput for a plan (prints plan-v1 estimate JSON). Exit 1 if the plan is
     not valid, with every broken field named. With --import, the plan a DeepSpeed setup describes (exit 1 if the
@@ -61,10 +64,11 @@ def plan(
             raise typer.Exit(1)
         typer.echo(json.dumps(v.plan.effective(), indent=1))
         raise typer.Exit(0)
+    budget = _train_tokens(train_tokens)
     if recommend or fix or sp_methods:
         kernels, liger = _queue_offer(data) if from_workers else (None, True)
         if recommend:
-            answer = planner.recommend(data, longest=longest, kernels=kernels, liger=liger)
+            answer = planner.recommend(data, longest=longest, kernels=kernels, liger=liger, train_tokens=budget)
             ok = not answer.get("errors")
         elif fix:
             answer = planner.fix(data, kernels=kernels, liger=liger)
@@ -74,7 +78,7 @@ def plan(
             ok = answer["valid"]
         typer.echo(recommend_report(answer) if recommend and text else json.dumps(answer, indent=1))
         raise typer.Exit(0 if ok else 1)
-    result = planner.max_seq_len(data) if max_seq else planner.estimate(data)
+    result = planner.max_seq_len(data) if max_seq else planner.estimate(data, budget)
     est = result["estimate"] if max_seq else result
     if text:
         typer.echo(text_report(data, est, result["max_seq_len"] if max_seq else None,
@@ -82,6 +86,21 @@ def plan(
     else:
         typer.echo(json.dumps(result, indent=1))
     raise typer.Exit(0 if est.get("valid") else 1)
+
+
+def _train_tokens(value: float | None) -> int | None:
+    """--train-tokens as a whole number of tokens, checked as the API checks it (plan.cost.TrainTokens)."""
+    if value is None:
+        return None
+    from pydantic import TypeAdapter, ValidationError
+
+    from plan.cost import TrainTokens
+
+    try:
+        return TypeAdapter(TrainTokens).validate_python(round(value))
+    except ValidationError as e:
+        typer.echo(f"--train-tokens: {e.errors()[0]['msg']}", err=True)
+        raise typer.Exit(2) from None
 
 
 def _queue_offer(data: dict) -> tuple[list[str] | None, bool]:

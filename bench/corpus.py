@@ -10,6 +10,9 @@ A row's `compare` says which planner figure it is read against:
   whole-length ones (`training.document_len`); the error is the distance outside that range, 0 inside;
 - `delta_tiled_logits_loss`: peak allocated without minus with `tiled_logits_loss`;
 - `max_seq_len`: the longest context (`max_seq_len(plan)["likely"]`).
+
+A row its own publication contradicts (bench/corpus_consistency.py's rule, published values only) is `flagged`: it
+keeps its error in the tables and leaves the targets and the bands.
 """
 from __future__ import annotations
 
@@ -41,6 +44,7 @@ class Result:
     band: tuple[float, float] | None = None   # the estimate's stated range for this figure
     covered: bool | None = None
     extra: dict = field(default_factory=dict)
+    flagged: bool = False                     # its own publication contradicts it (bench/corpus_consistency.py)
 
     @property
     def kind(self) -> str:
@@ -155,14 +159,22 @@ def evaluate(row: dict) -> Result:
 
 
 def evaluate_all(path: Path = CORPUS) -> list[Result]:
-    return [evaluate(r) for r in read_corpus(path)]
+    from bench.corpus_consistency import flagged
+
+    rows = read_corpus(path)
+    out = flagged(rows)
+    results = [evaluate(r) for r in rows]
+    for res in results:
+        res.flagged = res.row["id"] in out
+    return results
 
 
 def source_key(row: dict) -> str:
     """The publication a row comes from (leave-one-source-out groups): the source up to its first space-separated
     revision marker, so the two ms-swift commits count as one source and the two TRL PRs as one."""
     s = row["source"]
-    for key in ("ms-swift", "trl/pull", "accelerate/pull", "USP paper", "ALST paper", "Hugging Face blog"):
+    for key in ("ms-swift", "trl/pull", "accelerate/pull", "USP paper", "ALST paper", "Hugging Face blog",
+                "Ulysses Lab GPU check"):
         if key in s:
             return key
     return s

@@ -9,8 +9,8 @@ tests it on the held-out one; the printed coverage is that out-of-sample share. 
 the folds' bands (with two or more publications, every row's residual), so a new publication like the ones seen
 lands inside it as often as the coverage says. A regime with fewer than plan.uncertainty.MIN_ROWS rows or
 MIN_SOURCES publications uses the pooled band ("all": the DeepSpeed regimes' rows when they are enough, else every
-regime's). Packed-document rows are checked, not used
-(see REGIMES). `--check` compares without writing.
+regime's). Packed-document rows are checked, not used (see REGIMES); flagged rows (their own publication contradicts
+them, bench/corpus_consistency.py) are left out. `--check` compares without writing.
 """
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def loso(by_source: dict[str, list[float]]) -> tuple[tuple[float, float], float 
 def compute() -> list[dict]:
     groups: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for res in evaluate_all():
-        if res.residual is None or res.kind == "other" or res.row["regime"] not in REGIMES:
+        if res.residual is None or res.kind == "other" or res.row["regime"] not in REGIMES or res.flagged:
             continue
         src = source_key(res.row)
         groups[(res.row["regime"], res.kind)][src].append(res.residual)

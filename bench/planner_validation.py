@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.corpus import Result, evaluate_all  # noqa: E402
+from bench.corpus import Result, evaluate_all, source_key  # noqa: E402
 
 REGIMES = ("ulysses", "offload", "ring", "packed")
 QUANTITIES = ("device_total", "reserved", "allocated", "max_context", "step_time", "tokens_per_s", "mfu", "fits")
@@ -65,10 +65,13 @@ def half_width(r: Result) -> float | None:
 
 
 def summary(results: list[Result]) -> dict:
+    """Figures over the rows that are not flagged (flagged rows keep their error in the tables)."""
+    flagged = sum(1 for r in results if r.flagged)
+    results = [r for r in results if not r.flagged]
     errs = [abs(r.error) for r in results if r.error is not None]
     covs = [r.covered for r in results if r.covered is not None]
     hws = [h for r in results if (h := half_width(r)) is not None]
-    return {"rows": len(results), "within15": sum(1 for e in errs if e <= 0.15), "n_err": len(errs),
+    return {"rows": len(results), "flagged": flagged, "within15": sum(1 for e in errs if e <= 0.15), "n_err": len(errs),
             "worst": max(errs) if errs else None, "median": statistics.median(errs) if errs else None,
             "covered": sum(covs), "n_cov": len(covs),
             "median_half_width": statistics.median(hws) if hws else None}
@@ -77,9 +80,47 @@ def summary(results: list[Result]) -> dict:
 def summary_line(name: str, s: dict) -> str:
     def pct(x):
         return "-" if x is None else f"{x * 100:.1f}%"
-    return (f"{name:<8} rows {s['rows']:>2} | within 15%: {s['within15']}/{s['n_err']} | median |error| "
+    return (f"{name:<8} rows {s['rows']:>2} (+{s['flagged']} flagged) | within 15%: {s['within15']}/{s['n_err']} "
+            f"| median |error| "
             f"{pct(s['median'])} | worst {pct(s['worst'])} | range covers {s['covered']}/{s['n_cov']} | "
             f"median half-width {pct(s['median_half_width'])}")
+
+
+def is_target_row(r: Result) -> bool:
+    """The Ulysses/ALST rows the memory targets are read on: the ulysses regime's memory rows and every ALST paper
+    memory or fits row, flagged rows out."""
+    alst = source_key(r.row) == "ALST paper"
+    memory = r.kind == "memory" or r.row["quantity"] == "fits"
+    return not r.flagged and memory and (r.row["regime"] == "ulysses" or alst)
+
+
+def target_lines(results: list[Result]) -> list[str]:
+    """The memory targets: within 15% on at least 80% of the Ulysses/ALST rows, none past 25%, every `safe` max
+    context at or below the published one, and every fits row right."""
+    rows = [r for r in results if is_target_row(r)]
+    errs = [r for r in rows if r.error is not None and r.row["quantity"] != "fits"]
+    within = sum(1 for r in errs if abs(r.error) <= 0.15)
+    worst = max(errs, key=lambda r: abs(r.error))
+    over = [r.row["id"] for r in rows if r.row["quantity"] == "max_context" and r.band
+            and r.band[0] > float(r.row["published"])]
+    wrong = [r.row["id"] for r in rows if r.row["quantity"] == "fits" and r.error]
+    return [f"targets on the Ulysses/ALST memory rows ({len(rows)} rows, flagged out):",
+            f"  within 15%: {within}/{len(errs)} ({within / len(errs):.0%}); worst {worst.row['id']} "
+            f"{worst.error * 100:+.1f}%",
+            f"  safe max context above the published one: {', '.join(over) or 'none'}",
+            f"  fits rows wrong: {', '.join(wrong) or 'none'}"]
+
+
+def time_target_lines(results: list[Result]) -> list[str]:
+    """The step-time targets: within 15% on at least 80% of the time rows (step time, tokens/s, MFU; flagged out),
+    and every H100 window row inside the estimate's step-time range."""
+    rows = [r for r in results if r.kind == "time" and not r.flagged and r.error is not None]
+    within = sum(1 for r in rows if abs(r.error) <= 0.15)
+    gpu = [r for r in rows if source_key(r.row) == "Ulysses Lab GPU check"]
+    outside = [r.row["id"] for r in gpu if not r.covered]
+    return [f"targets on the time rows ({len(rows)} rows, flagged out):",
+            f"  within 15%: {within}/{len(rows)} ({within / len(rows):.0%})",
+            f"  H100 window rows outside their step-time range: {', '.join(outside) or 'none'} (of {len(gpu)})"]
 
 
 def text(results: list[Result]) -> None:
@@ -93,12 +134,16 @@ def text(results: list[Result]) -> None:
                 continue
             print(f"-- {q}")
             for r in qs:
-                print(f"  {r.row['id']:<24} published {r.row['published']:>9}  predicted {pred_text(r):>20}  "
-                      f"error {err_text(r):>7}  range {band_text(r):>20}  covered {cov_text(r)}")
+                print(f"  {r.row['id']:<32} published {r.row['published']:>9}  predicted {pred_text(r):>20}  "
+                      f"error {err_text(r):>7}  range {band_text(r):>20}  covered {cov_text(r)}"
+                      f"{'  FLAGGED' if r.flagged else ''}")
     print("\n== summary per regime ==")
     for regime in REGIMES:
         print(summary_line(regime, summary([r for r in results if r.row["regime"] == regime])))
     print(summary_line("all", summary(results)))
+    print()
+    for line in (*target_lines(results), *time_target_lines(results)):
+        print(line)
 
 
 def bands_markdown() -> None:
@@ -120,23 +165,28 @@ def bands_markdown() -> None:
 
 def markdown(results: list[Result]) -> None:
     bands_markdown()
-    print("| row | regime | quantity | published | predicted | error | range | covered |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| row | regime | quantity | published | predicted | error | range | covered | flagged |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for regime in REGIMES:
         for r in results:
             if r.row["regime"] == regime:
                 print(f"| {r.row['id']} | {regime} | {r.row['quantity']} | {r.row['published']} | {pred_text(r)} | "
-                      f"{err_text(r)} | {band_text(r)} | {cov_text(r)} |")
+                      f"{err_text(r)} | {band_text(r)} | {cov_text(r)} | {'yes' if r.flagged else ''} |")
     print()
-    print("| regime | rows | within 15% | median abs. error | worst | range covers | median half-width |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| regime | rows (flagged out) | flagged | within 15% | median abs. error | worst | range covers "
+          "| median half-width |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for regime in (*REGIMES, "all"):
         s = summary([r for r in results if regime == "all" or r.row["regime"] == regime])
 
         def pct(x):
             return "-" if x is None else f"{x * 100:.1f}%"
-        print(f"| {regime} | {s['rows']} | {s['within15']}/{s['n_err']} | {pct(s['median'])} | {pct(s['worst'])} | "
+        print(f"| {regime} | {s['rows']} | {s['flagged']} | {s['within15']}/{s['n_err']} | {pct(s['median'])} | "
+              f"{pct(s['worst'])} | "
               f"{s['covered']}/{s['n_cov']} | {pct(s['median_half_width'])} |")
+    print()
+    for line in (*target_lines(results), *time_target_lines(results)):
+        print(line)
 
 
 BOUNDS = ROOT / "bench" / "data" / "corpus_error_bounds.csv"

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .cost import estimate_cost
 from .errors import FieldError
 from .memory import GIB, estimate_memory
 from .throughput import estimate_throughput
@@ -74,12 +75,14 @@ def estimate_spec(spec: Spec, warnings: list | None = None) -> dict:
             "model": {"name": m.name, "params": m.total_params, "local_tokens_per_rank": spec.local_tokens}}
 
 
-def estimate(plan: Any) -> dict:
-    """plan-v1 Estimate for a plan (dict or Plan). Never raises for user errors: they come back as `valid: false`."""
+def estimate(plan: Any, train_tokens: int | None = None) -> dict:
+    """plan-v1 Estimate for a plan (dict or Plan). Never raises for user errors: they come back as `valid: false`.
+    With `train_tokens`, or a plan whose `run` section states its steps, `cost` says what the run will cost
+    (plan/cost.py)."""
     v = validate(plan)
     if v.spec is None:
         return invalid(v.errors, v.warnings)
-    return estimate_spec(v.spec, v.warnings)
+    return {**estimate_spec(v.spec, v.warnings), "cost": estimate_cost(v.spec, train_tokens)}
 
 
 def fits(spec: Spec, end: str = "point") -> bool:

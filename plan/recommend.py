@@ -19,8 +19,10 @@ Search (pruned, not enumerated: about a thousand memory evaluations for 64 GPUs)
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
+from .cost import estimate_cost, tokens_per_step
 from .estimator import estimate_spec, invalid, memory_section
 from .memory import estimate_memory
 from .model import Plan
@@ -248,7 +250,7 @@ def reasons(spec: Spec, est: dict) -> list[str]:
     return out
 
 
-def _answer(s: _Search, found: list[Spec], key) -> dict:
+def _answer(s: _Search, found: list[Spec], key, train_tokens: int | None = None) -> dict:
     seen, recs = set(), []
     for spec in sorted(found, key=key):
         k = _key(spec)
@@ -259,6 +261,8 @@ def _answer(s: _Search, found: list[Spec], key) -> dict:
         if v.spec is None:
             continue
         est = estimate_spec(v.spec, v.warnings)
+        if train_tokens is not None:
+            est["cost"] = estimate_cost(v.spec, train_tokens)
         recs.append({"plan": v.spec.plan.effective(), "estimate": est, "reasons": reasons(v.spec, est)})
         if len(recs) == TOP:
             break
@@ -302,9 +306,11 @@ def _base(data: Any) -> tuple[Spec | None, dict | None, set[str]]:
     return v.spec, None, _locked(raw if isinstance(raw, dict) else {})
 
 
-def recommend(data: Any, longest: bool = False, kernels: list[str] | None = None, liger: bool = True) -> dict:
-    """The configurations that fit, best first (tokens/s; with `longest`, seq_len then tokens/s), and the nearest
-    rejected ones with the reason. An invalid plan (a field no search can fix) answers `valid: false` errors.
+def recommend(data: Any, longest: bool = False, kernels: list[str] | None = None, liger: bool = True,
+              train_tokens: int | None = None) -> dict:
+    """The configurations that fit, best first (tokens/s; with `longest`, seq_len then tokens/s; with
+    `train_tokens`, the wall time to train that many tokens, whole steps, and each estimate's `cost`), and the
+    nearest rejected ones with the reason. An invalid plan (a field no search can fix) answers `valid: false` errors.
     `kernels`: the attention kernels the plan's queue can run (its live workers'); none other is proposed, and a
     plan that sets one the queue lacks answers an error naming training.attn_implementation. `liger` False: no
     worker of the queue has Liger, so the search does not turn it on."""
@@ -356,6 +362,11 @@ def recommend(data: Any, longest: bool = False, kernels: list[str] | None = None
                     s.rejected[_key(cand)] = _why(sec)
                     break
                 found.append(cand)
+    if train_tokens is not None:
+        def by_time(sp: Spec) -> tuple:
+            steps = math.ceil(train_tokens / tokens_per_step(sp))
+            return _verdict(sp) != "fits", steps * estimate_throughput(sp)["step_time_s"]
+        return _limited(_answer(s, found, key=by_time, train_tokens=train_tokens), kernels)
     return _limited(_answer(s, found, key=lambda sp: (_verdict(sp) != "fits", -_tps(sp))), kernels)
 
 

@@ -84,8 +84,16 @@ def text_report(plan: dict, estimate: dict, max_seq: int | None = None, safe: in
         tlo, thi = t["tokens_per_s_range"]
         lines.append(f"  range: {lo:.4g}\u2013{hi:.4g} s per step, {_si(tlo)}\u2013{_si(thi)} tokens/s")
         lines.append(f"  {_parts(t['time_breakdown_s'], ' s', '.4g')}")
+        if estimate.get("cost"):
+            lines.append(cost_line(estimate["cost"]))
     lines += [f"warning: {w['field']}: {w['message']}" for w in estimate.get("warnings", [])]
     return "\n".join(lines)
+
+
+def cost_line(cost: dict) -> str:
+    """`run cost: about 41 h (35-52 h), 1,312 GPU-hours (2.0B tokens, 30,518 steps on 32 GPUs)`."""
+    return (f"run cost: {cost['summary']} ({_count(cost['train_tokens'])} tokens, {cost['steps']:,} steps on "
+            f"{cost['gpus']} GPUs; training steps only)")
 
 
 def recommend_report(answer: dict) -> str:
@@ -103,6 +111,8 @@ def recommend_report(answer: dict) -> str:
         lines.append(f"{i}. {setup}")
         lines.append(f"   {verdict_words(m)}; {_si(t['tokens_per_s'])} tokens/s ({_si(t['tokens_per_s_per_gpu'])} "
                      f"per GPU), {t['step_time_s']:.4g} s per step, MFU {100 * t['mfu']:.1f}%")
+        if rec["estimate"].get("cost"):
+            lines.append(f"   {cost_line(rec['estimate']['cost'])}")
         lines += [f"   - {r}" for r in rec.get("reasons", [])]
     if answer.get("rejected"):
         lines.append("nearest rejected:")

@@ -61,6 +61,20 @@ class ModelSummary(BaseModel):
     local_tokens_per_rank: int
 
 
+class CostEstimate(BaseModel):
+    """What the run will cost: its training steps only (loading, checkpoint saves and evaluations come on top)."""
+    source: Literal["train_tokens", "run.stages"] = Field(description="The budget read: train_tokens at the plan's "
+                                                                      "seq_len, or the run section's stages")
+    train_tokens: int = Field(description="Tokens the steps train (the budget rounded up to whole steps)")
+    steps: int = Field(description="Optimizer steps: the budget over the tokens of one step, rounded up")
+    gpus: int
+    wall_time_s: float
+    wall_time_s_range: list[float] = Field(description="[low, high] of wall_time_s: the step time's range")
+    gpu_hours: float = Field(description="wall_time_s x gpus / 3600")
+    gpu_hours_range: list[float]
+    summary: str = Field(description='One line, e.g. "about 41 h (35-52 h), 1,312 GPU-hours"')
+
+
 class Estimate(BaseModel):
     valid: bool
     errors: list[FieldErrorOut]
@@ -68,6 +82,8 @@ class Estimate(BaseModel):
     memory: MemoryEstimate | None
     throughput: ThroughputEstimate | None
     model: ModelSummary | None = None
+    cost: CostEstimate | None = Field(None, description="With a token budget (train_tokens) or a run section: the "
+                                                        "wall time and GPU-hours")
 
 
 class MaxSeq(BaseModel):

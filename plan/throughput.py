@@ -1,11 +1,16 @@
 """Step time, tokens/s, TFLOPS and MFU of one optimizer step (grad_accum micro batches), term by term.
 
-step = compute + Ulysses all-to-all (synchronous, on the critical path) + ZeRO traffic not hidden behind compute
+step = compute (matmuls, attention, the memory-bound elementwise work: plan/membound.py)
+       + Ulysses all-to-all (synchronous, on the critical path: bandwidth and a latency per call)
+       + ZeRO traffic not hidden behind compute (ZeRO-3's prefetch overlaps one layer ahead, not the whole pass)
+       + the host time the device waits for (plan/host.py: measured per layer and micro batch)
        + optimizer step (GPU, or the CPU under offload) + PCIe offload traffic not hidden behind compute.
 tflops_per_gpu and mfu count model FLOPs (no recompute), as nanoGPT's estimate_mfu and torchtitan do.
 """
 from __future__ import annotations
 
+from . import host
+from .membound import HBM_EFFICIENCY, memory_bound_s
 from .memory import grad_comm_bytes
 
 # Attained fraction of the dense bf16 peak for large GEMMs: cuBLAS on H100 SXM sustains ~700 of 989 TFLOPS and
@@ -27,11 +32,25 @@ ATTN_EFFICIENCY = {("flash_attention_2", "hopper"): 0.35, ("flash_attention_2", 
 # Attention kernels lose efficiency on short sequences (fewer tiles per head, prologue/epilogue per block): FA2's
 # fwd+bwd speed vs sequence length (Dao 2023, fig. 4-6) rises ~S / (S + 512) towards its plateau.
 ATTN_HALF_SEQ = 512
+# The attention kernels' efficiency grows with head_dim (more work per loaded tile): FlashAttention-3's bf16 causal
+# forward at 16K on H100 runs at about 0.75x head_dim 128's TFLOPS with head_dim 64 and about 1.15x with 256 (Shah et
+# al. 2024, fig. 5; FlashAttention-2 on A100 shows the same ordering, Dao 2023, fig. 4-6): d / (d + 64) relative to
+# 128 gives 0.75 and 1.2. ATTN_EFFICIENCY is the head_dim-128 figure.
+ATTN_HEAD_DIM_HALF = 64
+ATTN_REFERENCE_HEAD_DIM = 128
 # FlashAttention backward runs 5 matmuls to the forward's 2 (it recomputes the scores): 2.5x forward FLOPs.
 ATTN_BWD_FACTOR = 2.5
 # NCCL collectives reach about 80% of the per-direction link bandwidth at the message sizes involved
 # (nccl-tests busbw on NVLink/InfiniBand).
 LINK_EFFICIENCY = 0.8
+# Latency of one NCCL transfer step, seconds: NCCL's own cost model (src/graph/tuning.cc) charges the Simple
+# protocol a base latency of 8.4 us plus 3.4 us per NVLink hop or 14 us per network hop. An all-to-all sends to every
+# peer at once, so a call costs one step, the network's when the group spans nodes.
+NCCL_BASE_LATENCY_S = 8.4e-6
+NCCL_HOP_LATENCY_S = {"nvlink": 3.4e-6, "net": 14.0e-6}
+# Every Ulysses attention runs 4 all-to-alls per pass (q, k and v in, the output back: DeepSpeed ulysses_sp.py
+# UlyssesSPAttentionHF.forward), and their gradients 4 in the backward.
+A2A_CALLS_PER_LAYER_PASS = 4
 # Effective pinned host<->device copy bandwidth per GPU: PCIe Gen5 x16 (H100/H200/B200) ~50 of 64 GB/s,
 # PCIe Gen4 x16 (A100) ~25 of 32 GB/s.
 PCIE_GB_PER_S = {"gen5": 50.0, "gen4": 25.0}
@@ -66,7 +85,6 @@ CPU_OPTIMIZER_PARAMS_PER_S = 4.0e9
 # both moments read and written (16), the fp32 gradient read (4), the bf16 parameter written (2) = 30 B/param; with
 # bf16 master weights, gradients and moments (`bf16_optimizer_states`) 4 + 8 + 2 + 2 = 16.
 GPU_ADAM_BYTES_PER_PARAM = {"fp32": 30, "bf16": 16}
-HBM_EFFICIENCY = 0.8
 
 
 def gpu_class(gpu) -> str:
@@ -132,7 +150,7 @@ def flops_per_token(spec, attn_len: int | None = None) -> dict:
         hw_attn += fwd_attn
     if spec.tiled_mlp:
         hw_mm += fwd_mlp
-    return {"model": model, "hw_matmul": hw_mm, "hw_attention": hw_attn}
+    return {"model": model, "hw_matmul": hw_mm, "hw_attention": hw_attn, "hw_matmul_head": 3 * fwd_head_mm}
 
 
 def _link_time(spec, nbytes_per_rank: float, group: int) -> float:
@@ -148,39 +166,65 @@ def _link_time(spec, nbytes_per_rank: float, group: int) -> float:
     return nbytes_per_rank * (frac_local / bw_local + (1 - frac_local) / bw_remote)
 
 
+def _call_latency(spec, group: int) -> float:
+    """Seconds of one collective call's latency over `group` contiguous ranks (NCCL_*_LATENCY_S)."""
+    if group <= 1:
+        return 0.0
+    hop = "net" if group > spec.ranks_per_node else "nvlink"
+    return NCCL_BASE_LATENCY_S + NCCL_HOP_LATENCY_S[hop]
+
+
+def attention_efficiency(spec, block: int) -> float:
+    """Attained fraction of peak of the attention kernel on blocks of `block` tokens: the kernel's head_dim-128
+    figure, scaled by head_dim (ATTN_HEAD_DIM_HALF) and by the block's length (ATTN_HALF_SEQ)."""
+    d = spec.model.head_dim
+    by_head_dim = (d / (d + ATTN_HEAD_DIM_HALF)) / (ATTN_REFERENCE_HEAD_DIM / (ATTN_REFERENCE_HEAD_DIM
+                                                                                + ATTN_HEAD_DIM_HALF))
+    return ATTN_EFFICIENCY[(spec.attn, gpu_class(spec.gpu))] * by_head_dim * block / (block + ATTN_HALF_SEQ)
+
+
 def estimate_throughput(spec, attn_len: int | None = None, attn_block: int | None = None) -> dict:
     """`attn_len` / `attn_block` (plan.ring): the sequence attended over and the length of the blocks the attention
     kernel runs on, when a rank sees less of the sequence than it attends over (ring attention); both default to
     the plan's attention length."""
     m, g, B, t = spec.model, spec.gpu, spec.dtype_bytes, spec.local_tokens
-    ga, N, sp = spec.grad_accum, spec.world, spec.sp
+    ga, N, sp, L = spec.grad_accum, spec.world, spec.sp, m.num_hidden_layers
     S_attn = attn_len or attention_len(spec)
     fl = flops_per_token(spec, S_attn)
     peak = g.peak_flops(spec.dtype)
     eta_mm = GEMM_EFFICIENCY * t / (t + GEMM_HALF_TOKENS)
-    block = min(attn_block or S_attn, S_attn)
-    eta_attn = ATTN_EFFICIENCY[(spec.attn, gpu_class(g))] * block / (block + ATTN_HALF_SEQ)
-    compute_micro = t * (fl["hw_matmul"] / (peak * eta_mm) + fl["hw_attention"] / (peak * eta_attn))
+    eta_attn = attention_efficiency(spec, min(attn_block or S_attn, S_attn))
+    mem_bound = memory_bound_s(spec)
+    layers_micro = (t * ((fl["hw_matmul"] - fl["hw_matmul_head"]) / (peak * eta_mm) + fl["hw_attention"]
+                         / (peak * eta_attn)) + L * mem_bound["layer"])
+    compute_micro = layers_micro + t * fl["hw_matmul_head"] / (peak * eta_mm) + mem_bound["loss"]
     compute = ga * compute_micro
 
     # Ulysses: 4 all-to-alls per layer each way (q, k, v in; attention output back), DeepSpeed ulysses_sp.py;
     # forward, recompute forward and backward. Each rank keeps 1/sp of its buffer.
-    a2a = 0.0
+    a2a_micro = 0.0
+    passes = 3 if spec.activation_checkpointing else 2
     if sp > 1:
         kv_eff = max(m.num_key_value_heads, sp)
         per_layer = B * t * (2 * m.q_dim + 2 * kv_eff * m.head_dim) * (sp - 1) / sp
-        passes = 3 if spec.activation_checkpointing else 2
-        a2a = ga * passes * m.num_hidden_layers * _link_time(spec, per_layer, sp)
+        a2a_micro = passes * L * (_link_time(spec, per_layer, sp)
+                                  + A2A_CALLS_PER_LAYER_PASS * _call_latency(spec, sp))
+    a2a = ga * a2a_micro
 
     # ZeRO traffic per rank (ZeRO paper sec. 7: stage 3 moves 3x the parameters per step vs 2x for DP).
     psi, z = m.total_params, spec.zero_stage
     comm_b = grad_comm_bytes(spec)                   # seq_parallel_communication_data_type when sp > 1
     shard = (N - 1) / N
     if z == 3:
-        gathers = 3 if spec.activation_checkpointing else 2
-        per_micro = _link_time(spec, (gathers * B + comm_b) * psi * shard, N)
-        zero_exposed = ga * max(0.0, per_micro - compute_micro)
-        zero_total = ga * per_micro
+        # ZeRO-3 prefetches stage3_prefetch_bucket_size = 0.9 h^2 parameters ahead (Transformers' "auto",
+        # plan/memory.py zero3_live_bytes), less than a layer's 12 h^2 or more: a layer's gathers and its gradients'
+        # reduce-scatter overlap the neighbouring layer's compute only, and the first layer's gather of each pass
+        # has nothing before it to hide behind. The embedding and lm_head are spread over the layers, which are
+        # alike: the per-layer excess summed over L layers is the whole pass's excess over the layers' compute
+        # (not over the lm_head's and the loss's, which no gather overlaps).
+        zero_total = ga * _link_time(spec, (passes * B + comm_b) * psi * shard, N)
+        first = passes * _link_time(spec, B * psi / L * shard, N)
+        zero_exposed = ga * first + max(0.0, zero_total - ga * layers_micro)
     elif z == 2:
         per_micro = _link_time(spec, comm_b * psi * shard, N)
         after = _link_time(spec, B * psi * shard, N)
@@ -188,6 +232,10 @@ def estimate_throughput(spec, attn_len: int | None = None, attn_block: int | Non
         zero_total = ga * per_micro + after
     else:
         zero_total = zero_exposed = _link_time(spec, (2 * comm_b + (B if z == 1 else 0)) * psi * shard, N)
+
+    # The host: each layer (ZeRO-3) or the whole micro batch (else) takes at least the host's time to issue it.
+    device_layer = (layers_micro + a2a_micro) / L
+    host_exposed = host.exposed_s(spec, device_layer, compute_micro + a2a_micro)
 
     # Optimizer step and offload traffic over PCIe (DeepSpeed stage3.py `partition_grads`: with optimizer offload
     # every micro batch copies its gradient partition to the pinned CPU buffer and, after the first, brings the
@@ -206,17 +254,24 @@ def estimate_throughput(spec, attn_len: int | None = None, attn_block: int | Non
     else:
         states = "bf16" if spec.bf16_optimizer_states else "fp32"
         optimizer = psi_rank * GPU_ADAM_BYTES_PER_PARAM[states] / (g.hbm_tb_per_s * 1e12 * HBM_EFFICIENCY)
+    # the engine's loop over its parameter groups: on the host, before or around the device's (or CPU's) update
+    host_optimizer = host.optimizer_s(spec)
+    if spec.offload_optimizer:
+        host_exposed += host_optimizer
+    else:
+        host_exposed += max(0.0, host_optimizer - optimizer)
     if spec.offload_params:                            # ZeRO-Infinity: parameters come up for every gather
         per_micro += (3 if spec.activation_checkpointing else 2) * B * psi_rank / pcie
     if spec.checkpoint_offload:                        # ALST: checkpoints down in forward, back up in backward
         per_micro += 2 * m.num_hidden_layers * B * m.hidden_size * t / pcie
     offload = ga * max(0.0, per_micro - compute_micro) + boundary
 
-    step = compute + a2a + zero_exposed + optimizer + offload
+    step = compute + a2a + zero_exposed + host_exposed + optimizer + offload
     tokens = spec.seq_len * spec.micro_batch_size * ga * spec.dp
     tflops = fl["model"] * tokens / N / step / 1e12
     return {"step_time_s": step, "tokens_per_s": tokens / step, "tokens_per_s_per_gpu": tokens / step / N,
             "tflops_per_gpu": tflops, "mfu": tflops * 1e12 / peak,
             "time_breakdown_s": {"compute": compute, "all_to_all": a2a, "zero_comm": zero_exposed,
-                                 "optimizer_step": optimizer, "offload_transfers": offload},
+                                 "host_overhead": host_exposed, "optimizer_step": optimizer,
+                                 "offload_transfers": offload},
             "zero_comm_total_s": zero_total}

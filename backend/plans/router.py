@@ -1,4 +1,6 @@
 """HTTP: the planner (no storage) under /api/estimate and /api/catalog, stored plans under /api/plans."""
+from typing import Annotated
+
 from fastapi import APIRouter, Query, Response
 
 import plan as planner
@@ -17,6 +19,7 @@ from backend.plans.schemas import (
 )
 from backend.workers import service as workers
 from plan import Plan
+from plan.cost import TrainTokens
 from plan.model import EXAMPLE, field_choices, section_defaults
 from plan.results import Catalog, Estimate, Exports, Fix, MaxSeq, Recommend, SpMethods, Sweep
 
@@ -30,11 +33,12 @@ def catalog(_: Reader) -> Catalog:
 
 
 @router.post("/estimate")
-async def estimate(plan: Plan, _: Reader) -> Estimate:
+async def estimate(plan: Plan, _: Reader, train_tokens: Annotated[TrainTokens | None, Query()] = None) -> Estimate:
     """Per-GPU memory and throughput for a plan; a plan that breaks a rule answers `valid: false` with its errors
-    (a field of the wrong type or an unknown key is a 422)."""
+    (a field of the wrong type or an unknown key is a 422). With `train_tokens` (or a `run` section), `cost`: the
+    wall time and GPU-hours of the run."""
     # computed on the event loop: an estimate takes about 0.1 ms, less than a thread-pool hop
-    return planner.estimate(plan)  # type: ignore[return-value]  # validated against Estimate on the way out
+    return planner.estimate(plan, train_tokens)  # type: ignore[return-value]  # validated as Estimate on the way out
 
 
 @router.post("/estimate/max-seq")
@@ -57,7 +61,7 @@ def recommend(body: RecommendRequest, session: SessionDep, _: Reader) -> Recomme
     plan's queue report are proposed (all, when none is up), and Liger only where one has it: `queue_kernels`."""
     kernels, liger = workers.queue_offer(session, plan_gpu_name(body.plan))
     return planner.recommend(body.plan, longest=body.longest, kernels=kernels,  # type: ignore[return-value]
-                             liger=liger)
+                             liger=liger, train_tokens=body.train_tokens)
 
 
 @router.post("/estimate/fix")

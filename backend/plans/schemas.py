@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from backend.core.text import NoControlChars
 from plan import Plan
+from plan.cost import TrainTokens
 from plan.results import Estimate
 
 
@@ -32,6 +33,8 @@ class RecommendRequest(BaseModel):
     plan: Plan = Field(description="Model, hardware and training.seq_len; other training/parallel fields it sets are "
                                    "locked")
     longest: bool = Field(False, description="Search for the longest seq_len instead")
+    train_tokens: TrainTokens | None = Field(None, description="Rank by the wall time to train this many tokens "
+                                                               "(each recommendation's estimate answers `cost`)")
 
 
 class PlanDefaults(BaseModel):

@@ -67,9 +67,10 @@ def test_submit_approve_and_watch_the_loss_chart_grow(api_server, api, corpus):
         first = _points(page)
         page.wait_for_function("n => Number(document.querySelector('[data-testid=loss-chart]')?.dataset.points) > n",
                                arg=first, timeout=120_000)
-        # the ETA, from the measured step times, while it runs (issue 28)
-        page.wait_for_function("() => /\\d/.test(document.querySelector('[data-testid=run-eta]')?.textContent ?? '')"
-                               " || document.querySelector('[data-testid=run-state]')?.dataset.state !== 'running'",
+        # the ETA, from the measured step times once they arrive (the planner's step time before), while it runs
+        page.wait_for_function("() => { const e = document.querySelector('[data-testid=run-eta]');"
+                               " return (e?.dataset.source === 'measured' && /\\d/.test(e.textContent ?? ''))"
+                               " || document.querySelector('[data-testid=run-state]')?.dataset.state !== 'running'; }",
                                timeout=60_000)
         state, eta = page.evaluate("() => [document.querySelector('[data-testid=run-state]')?.dataset.state,"
                                    " document.querySelector('[data-testid=run-eta]')?.textContent]")

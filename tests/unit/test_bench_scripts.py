@@ -59,14 +59,21 @@ def test_planner_validation_prints_every_corpus_row_and_a_summary_per_regime():
     for row in read_corpus():
         assert re.search(rf"^  {re.escape(row['id'])}\s+published", text, re.M), row["id"]
     for regime in ("ulysses", "offload", "ring", "packed", "all"):
-        assert re.search(rf"^{regime}\s+rows\s+\d+ \| within 15%: \d+/\d+", text, re.M), regime
+        assert re.search(rf"^{regime}\s+rows\s+\d+ \(\+\d+ flagged\) \| within 15%: \d+/\d+", text, re.M), regime
+    assert re.search(r"^  within 15%: \d+/\d+ \(\d+%\); worst \S+ [+-][\d.]+%$", text, re.M), text
     assert run_bench("planner_bands.py", "--check").rstrip().endswith("committed table is up to date")
 
 
-def test_corpus_consistency_prints_both_pairs_and_the_fp32_buffer_what_if():
+def test_corpus_consistency_prints_every_pair_and_the_fp32_buffer_what_if():
+    from bench.corpus import read_corpus
+    from bench.corpus_consistency import PAIRS
+
     text = run_bench("corpus_consistency.py")
-    assert len(re.findall(r"; the best one estimate can do on both: worst error \d+\.\d%$", text, re.M)) == 2
+    floors = re.findall(r"^  the best one estimate can do on both: worst error \d+\.\d%( -> both flagged)?$", text,
+                        re.M)
+    assert len(floors) == len(PAIRS)
     what_if = run_bench("corpus_consistency.py", "--without-fp32-grad-buffer")
     rows = re.findall(r"^  (\S+) +published +[\d.]+ +planner +[\d.]+ \( *[+-][\d.]+%\) +without +[\d.]+", what_if, re.M)
     assert "HF-4g-sp4-32K-mem" in rows
-    assert len(rows) == 13
+    assert len(rows) == sum(1 for r in read_corpus() if r["regime"] == "ulysses"
+                            and r["quantity"] in ("reserved", "allocated"))

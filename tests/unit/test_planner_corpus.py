@@ -42,15 +42,30 @@ def test_the_committed_bands_are_the_corpus_bands():
 
 def test_pairs_that_disagree_before_any_planner_is_asked():
     """bench/corpus_consistency.py: the floor one estimate has on two rows that should publish the same figure."""
-    from bench.corpus_consistency import PAIRS, all_to_all_bytes, floor
+    from bench.corpus_consistency import PAIRS, floor, pair_floor
 
     rows = {r["id"]: r for r in read_corpus()}
     assert floor(42.0, 56.0, 0.0) == pytest.approx(14 / 98)  # 42 (1 + x) = 56 (1 - x)
     assert floor(40.0, 40.5, 1.0) == 0.0  # a gap smaller than the expected extra: no floor
-    floors = {}
-    for p in PAIRS:
-        hi = rows[p.high]
-        d = all_to_all_bytes(hi) / 2**30 if hi["plan"]["parallel"]["sp_size"] > 1 else 0.0
-        floors[p.high] = floor(float(rows[p.low]["published"]), float(hi["published"]), d)
+    floors = {p.high: pair_floor(rows, p) for p in PAIRS}
     assert floors["M3-mem-a"] == pytest.approx(0.143, abs=0.001)
     assert floors["HF-4g-sp4-32K-mem"] == pytest.approx(0.217, abs=0.001)
+    assert floors["ALST-8g-max"] == pytest.approx(1.3 / 6.1, abs=0.001)  # 2.4M vs 3.7M, no extra
+
+
+def test_a_self_contradicting_pair_flags_both_rows_and_leaves_the_bands():
+    """Option 2: both rows of a pair whose floor passes CONTRADICTION are flagged; they keep their error in the
+    table and no band is built from them."""
+    from bench.corpus import source_key
+    from bench.corpus_consistency import CONTRADICTION, PAIRS, pair_floor
+
+    rows = {r["id"]: r for r in read_corpus()}
+    expected = {i for p in PAIRS if pair_floor(rows, p) > CONTRADICTION for i in (p.low, p.high)}
+    assert expected == {"M3-mem-a", "M3-mem-b", "HF-4g-sp1-8K-mem", "HF-4g-sp4-32K-mem", "A5-max", "ALST-8g-max"}
+    assert {i for i, r in RESULTS.items() if r.flagged} == expected
+    assert all(RESULTS[i].error is not None for i in expected)
+    used = [r for r in RESULTS.values() if r.row["regime"] == "ulysses" and r.kind == "memory"
+            and r.residual is not None and not r.flagged]
+    band = next(b for b in compute() if b["regime"] == "ulysses" and b["kind"] == "memory")
+    assert band["rows"] == len(used)
+    assert band["sources"] == len({source_key(r.row) for r in used})

@@ -25,8 +25,9 @@ def test_text_gives_the_json_figures():
     assert f"{m['peak_allocated_gib']:.2f} GiB allocated" in text
     assert f"{m['device_total_gib']:.2f} GiB device total of 80 GiB" in text
     lo, hi = m["device_total_gib_range"]
-    assert m["verdict"] == "fits"
-    assert f"fits with {80 - hi:.0f}\u2013{80 - lo:.0f} GiB to spare" in text
+    # the offload regime's band (ALST paper and the H100 check) reaches past 80 GiB at its high end
+    assert m["verdict"] == "tight"
+    assert f"may not fit: {lo:.0f}\u2013{hi:.0f} GiB of 80" in text
     slo, shi = t["step_time_s_range"]
     assert f"range: {slo:.4g}\u2013{shi:.4g} s per step" in text
     assert f"{m['cpu_gib_per_node']:.1f} GiB of 1900 GiB: fits" in text

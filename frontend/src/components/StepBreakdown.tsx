@@ -21,6 +21,7 @@ const PREDICTED: [string, string, string][] = [
   ["compute", "compute", "var(--phase-forward)"],
   ["all_to_all", "Ulysses all-to-all", "var(--phase-comm)"],
   ["zero_comm", "ZeRO communication (exposed)", "var(--phase-backward)"],
+  ["host_overhead", "host (the device waits)", "var(--phase-comm)"],
   ["optimizer_step", "optimizer step", "var(--phase-optimizer)"],
   ["offload_transfers", "offload transfers", "var(--phase-offload)"],
 ];

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { ema, fmtDuration, fmtGiB, fmtNum, fmtSeconds, fmtSeq, fmtTick, fmtValue, parseSeq, parseTime } from "./format";
+import { ema, fmtDuration, fmtGiB, fmtNum, fmtSeconds, fmtSeq, fmtTick, fmtValue, parseSeq, parseTime, parseTokens } from "./format";
 
 describe("fmtNum", () => {
   it("scales to k, M and G with one decimal", () => {
@@ -75,6 +75,18 @@ describe("sequence lengths", () => {
     expect(parseSeq("12 tokens")).toBeNaN();
     expect(parseSeq("")).toBeNaN();
     for (const n of [512, 4096, 131072, 1 << 20]) expect(parseSeq(fmtSeq(n))).toBe(n);
+  });
+});
+
+describe("parseTokens", () => {
+  it("reads decimal budgets: K, M, B (or G), T and exponents", () => {
+    expect(parseTokens("2B")).toBe(2e9);
+    expect(parseTokens(" 500m ")).toBe(5e8);
+    expect(parseTokens("1.5T")).toBe(1.5e12);
+    expect(parseTokens("2e9")).toBe(2e9);
+    expect(parseTokens("65536")).toBe(65536);
+    expect(parseTokens("2 billion")).toBeNaN();
+    expect(parseTokens("")).toBeNaN();
   });
 });
 

@@ -66,6 +66,14 @@ export function parseSeq(s: string): number {
   return Math.round(parseFloat(m[1]) * mult);
 }
 
+// Token budgets, decimal: "2B" -> 2e9, "500M" -> 5e8, "1.5T" -> 1.5e12, "2e9" -> 2e9; NaN when unreadable
+export function parseTokens(s: string): number {
+  const m = s.trim().match(/^(\d+(?:\.\d+)?(?:e\d+)?)\s*([kKmMbBgGtT]?)$/);
+  if (!m) return NaN;
+  const mult = { "": 1, k: 1e3, m: 1e6, b: 1e9, g: 1e9, t: 1e12 }[m[2].toLowerCase()] ?? 1;
+  return Math.round(parseFloat(m[1]) * mult);
+}
+
 /** API timestamps without a zone are UTC. */
 export function parseTime(iso: string): number {
   return Date.parse(/[zZ]|[+-]\d\d:?\d\d$/.test(iso) ? iso : `${iso}Z`);

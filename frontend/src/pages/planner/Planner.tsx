@@ -1,5 +1,6 @@
 import { useQuery } from "@tanstack/react-query";
 import { useEffect, useMemo, useRef, useState } from "react";
+import { parseTokens } from "../../lib/format";
 import { ApiError, client, unwrap, type Estimate, type FieldError, type Plan, type PlanDefaults, type Sweep } from "../../lib/api";
 import { ExportButtons, SubmitRun } from "./Actions";
 import { ProbePanel } from "./Probe";
@@ -8,7 +9,7 @@ import { buildPlan, decodePlanParam, fmtSeqInput, LOAD_KEY, planToForm, type Loa
 import { ImportSetup } from "./ImportSetup";
 import { LoadPlan } from "./LoadPlan";
 import { FORM_FIELDS, PlannerForm } from "./PlannerForm";
-import { BreakdownBar, ThroughputFigures, Warnings } from "./Results";
+import { BreakdownBar, CostCard, ThroughputFigures, Warnings } from "./Results";
 import { SweepView } from "./Sweep";
 
 /** Run `fn` `ms` after the last change of `key`, aborting the previous call. `fn` reports its own errors (the
@@ -81,16 +82,21 @@ function PlannerPage({ defaults, initial }: { defaults: PlanDefaults; initial: L
   const catalog = catalogQuery.data ?? null;
 
   const built = useMemo(() => buildPlan(form), [form]);
+  // the token budget of the run-cost card: part of the estimate's request (?train_tokens=), not of the plan
+  const [budget, setBudget] = useState("");
+  const trainTokens = parseTokens(budget);
   const planKey = JSON.stringify(built.plan);
+  const estimateKey = `${planKey}|${Number.isFinite(trainTokens) ? trainTokens : ""}`;
 
-  const pending = settled !== planKey;
-  useDebounced(planKey, 250, async (signal) => {
+  const pending = settled !== estimateKey;
+  useDebounced(estimateKey, 250, async (signal) => {
     if (!built.plan) {
-      setSettled(planKey);
+      setSettled(estimateKey);
       return;
     }
     try {
-      const e = await unwrap(client.POST("/api/estimate", { body: built.plan, signal }));
+      const query = Number.isFinite(trainTokens) && trainTokens > 0 ? { train_tokens: trainTokens } : {};
+      const e = await unwrap(client.POST("/api/estimate", { body: built.plan, params: { query }, signal }));
       setEst(e);
       setEstError("");
     } catch (err) {
@@ -103,7 +109,7 @@ function PlannerPage({ defaults, initial }: { defaults: PlanDefaults; initial: L
         setEstError((err as Error).message);
       }
     }
-    if (!signal.aborted) setSettled(planKey);
+    if (!signal.aborted) setSettled(estimateKey);
   });
 
   // The sweep only depends on what the sp/seq_len sweep does not vary.
@@ -156,6 +162,7 @@ function PlannerPage({ defaults, initial }: { defaults: PlanDefaults; initial: L
             <ThroughputFigures est={showEst} />
           </div>
         ) : null}
+        <CostCard est={showEst} budget={budget} setBudget={setBudget} />
         <RecommendPanel plan={built.plan} defaults={defaults.defaults} onUse={usePlan} />
         <SpMethodsPanel plan={valid ? built.plan : null} />
         {/* the last sweep stays while a new estimate is pending, never beside a plan with errors */}

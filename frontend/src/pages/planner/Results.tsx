@@ -1,5 +1,5 @@
 import type { Estimate } from "../../lib/api";
-import { fmtGiB, fmtNum, fmtSeconds } from "../../lib/format";
+import { fmtGiB, fmtNum, fmtSeconds, parseTokens } from "../../lib/format";
 import { rangeText, verdictBadge, verdictWords } from "../../lib/verdict";
 
 const COLORS: Record<string, string> = {
@@ -105,6 +105,39 @@ export function ThroughputFigures({ est }: { est: Estimate }) {
     </div>
   );
 }
+
+/** What the run will cost: the token budget the user types, and the estimate's `cost` for it. */
+export function CostCard({ est, budget, setBudget }: { est: Estimate | null; budget: string; setBudget: (s: string) => void }) {
+  const c = est?.cost ?? null;
+  const bad = budget.trim() !== "" && !Number.isFinite(parseTokens(budget));
+  return (
+    <div className="card" data-testid="cost-card">
+      <h3>Run cost</h3>
+      <label>
+        Tokens to train{" "}
+        <input data-testid="train-tokens" value={budget} placeholder="e.g. 2B" size={10}
+          onChange={(e) => setBudget(e.target.value)} />
+      </label>
+      {bad ? <div className="field-error" data-testid="train-tokens-error">use a number, optionally with K, M, B or T (e.g. 2B)</div> : null}
+      {c ? (
+        <>
+          <div className="verdict" data-testid="cost-summary" data-wall-s={c.wall_time_s} data-gpu-hours={c.gpu_hours}>
+            {c.summary}
+          </div>
+          <div className="figures">
+            <Figure label="steps" value={c.steps.toLocaleString("en-US")} testid="cost-steps" />
+            <Figure label="wall time" value={`${rangeText(c.wall_time_s_range, (v) => fmtHours(v))} h`} testid="cost-wall-range" />
+            <Figure label="GPU-hours" value={rangeText(c.gpu_hours_range, (v) => fmtNum(v, 0))} testid="cost-gpu-hours-range" />
+            <Figure label="GPUs" value={String(c.gpus)} testid="cost-gpus" />
+          </div>
+          <div className="muted small">Training steps only: loading the model, checkpoint saves and evaluations come on top.</div>
+        </>
+      ) : <div className="muted small">Type a token budget to see the wall time and GPU-hours.</div>}
+    </div>
+  );
+}
+
+const fmtHours = (s: number) => (s / 3600 >= 10 ? (s / 3600).toFixed(0) : (s / 3600).toPrecision(2));
 
 /** Warnings not already shown beside a form field (`placed` tells which are). */
 export function Warnings({ est, placed }: { est: Estimate; placed: (field: string) => boolean }) {

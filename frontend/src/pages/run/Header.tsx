@@ -8,14 +8,27 @@ import { rangeText, verdictBadge, verdictWords } from "../../lib/verdict";
 import { LOAD_KEY } from "../planner/form";
 import type { Store } from "./useRunData";
 
-/** Seconds left: the steps to go times the median of the last ETA_WINDOW measured step times (rank 0), so one slow
- * step (a checkpoint save) does not swing it. */
+/** Seconds left and what they rest on: the steps to go times the median of the last ETA_WINDOW measured step times
+ * (rank 0), so one slow step (a checkpoint save) does not swing it; before the first measured step, the planner's
+ * predicted step time (`predictedStep`, the run's estimate). */
 const ETA_WINDOW = 20;
-export function etaSeconds(store: Store, stepsLeft: number): number | null {
+export type Eta = { seconds: number; source: "measured" | "predicted" };
+export function eta(store: Store, stepsLeft: number, predictedStep: number | null | undefined): Eta | null {
+  if (stepsLeft <= 0) return null;
   const times = store.get("step_time_s")?.get(0);
-  if (!times || times.size === 0 || stepsLeft <= 0) return null;
-  const recent = [...times.entries()].sort((a, b) => a[0] - b[0]).slice(-ETA_WINDOW).map(([, v]) => v).sort((a, b) => a - b);
-  return stepsLeft * recent[Math.floor(recent.length / 2)];
+  if (times && times.size > 0) {
+    const recent = [...times.entries()].sort((a, b) => a[0] - b[0]).slice(-ETA_WINDOW).map(([, v]) => v).sort((a, b) => a - b);
+    return { seconds: stepsLeft * recent[Math.floor(recent.length / 2)], source: "measured" };
+  }
+  return predictedStep ? { seconds: stepsLeft * predictedStep, source: "predicted" } : null;
+}
+
+function EtaText({ run, store, steps }: { run: Run; store: Store; steps: number }) {
+  const e = eta(store, steps - (run.last_step ?? 0), run.estimate?.throughput?.step_time_s);
+  return (
+    <span>ETA <b data-testid="run-eta" data-source={e?.source ?? ""}>{fmtSeconds(e?.seconds)}</b>
+      {e ? <span className="muted"> ({e.source === "measured" ? "measured steps" : "predicted step time"})</span> : null}</span>
+  );
 }
 
 function modelName(run: Run): string {
@@ -68,9 +81,7 @@ export function Header({ run, live, lastPointAt, onChange, store }: { run: Run; 
         <span>sp × dp <b>{s.parallel?.sp_size} × {s.parallel?.dp_size}</b></span>
         <span>ZeRO <b>{s.training?.zero_stage}</b></span>
         <span>progress <b data-testid="run-progress">{run.last_step ?? 0} / {steps ?? "?"}</b></span>
-        {run.state === "running" && steps ? (
-          <span>ETA <b data-testid="run-eta">{fmtSeconds(etaSeconds(store, steps - (run.last_step ?? 0)))}</b></span>
-        ) : null}
+        {run.state === "running" && steps ? <EtaText run={run} store={store} steps={steps} /> : null}
         {run.device === "cpu" ? null : (<>
           <span data-testid="run-predicted">predicted peak <b>{fmtGiB(mem?.peak_allocated_gib)}</b>
             {mem?.peak_allocated_gib_range ? <span className="muted"> ({rangeText(mem.peak_allocated_gib_range, (v) => v.toFixed(1))} GiB)</span> : null}

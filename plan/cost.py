@@ -1,0 +1,72 @@
+"""What a run will cost: wall time and GPU-hours to train a token budget (or the run's stages), with a range.
+
+The steps are the budget over the tokens one optimizer step trains (seq_len x micro batch x grad_accum x dp),
+rounded up; each step takes the estimate's step time, and the range is the step time's (the corpus band). Only
+the training steps count: loading the model, checkpoint saves and evaluations come on top.
+"""
+from __future__ import annotations
+
+import math
+from typing import Annotated
+
+from pydantic import Field
+
+from .throughput import estimate_throughput
+from .uncertainty import band
+
+# The token budget a cost is asked for (API query and recommend body, `ulab plan --train-tokens`): up to a quadrillion.
+TrainTokens = Annotated[int, Field(ge=1, le=10**15, description="Tokens to train on: the estimate answers `cost`, "
+                                                                 "the wall time and GPU-hours of that many tokens at "
+                                                                 "the plan's seq_len")]
+
+
+def tokens_per_step(spec) -> int:
+    return spec.seq_len * spec.micro_batch_size * spec.grad_accum * spec.dp
+
+
+def _stages(spec, train_tokens: int | None) -> list[tuple[object, int]] | None:
+    """(spec at the stage's seq_len, steps) per stage: the budget at the plan's seq_len, or the run's stages."""
+    if train_tokens is not None:
+        return [(spec, math.ceil(train_tokens / tokens_per_step(spec)))]
+    stages = spec.plan.stages()
+    if not stages:
+        return None
+    return [(spec.with_(seq_len=s.seq_len), s.steps) for s in stages]
+
+
+def duration_text(seconds: float) -> str:
+    """A duration at a readable unit, two significant digits below 10 (41 h, 7.5 h, 25 min, 40 s; days from 100 h)."""
+    for unit, size, above in (("d", 86400.0, 100 * 3600.0), ("h", 3600.0, 3600.0), ("min", 60.0, 60.0)):
+        if seconds >= above:
+            x = seconds / size
+            return f"{x:.2g} {unit}" if x < 10 else f"{x:,.0f} {unit}"
+    return f"{seconds:.2g} s" if seconds < 10 else f"{seconds:.0f} s"
+
+
+def summary(wall_s: float, wall_range: list[float], gpu_hours: float) -> str:
+    """"about 41 h (35-52 h), 1,312 GPU-hours"; the range's ends each carry their unit when they differ."""
+    lo, hi = duration_text(wall_range[0]), duration_text(wall_range[1])
+    lo_n, lo_u = lo.split(" ")
+    hi_n, hi_u = hi.split(" ")
+    span = f"{lo_n}-{hi}" if lo_u == hi_u else f"{lo} to {hi}"
+    hours = f"{gpu_hours:,.0f}" if gpu_hours >= 10 else f"{gpu_hours:.2g}"
+    return f"about {duration_text(wall_s)} ({span}), {hours} GPU-hours"
+
+
+def estimate_cost(spec, train_tokens: int | None = None) -> dict | None:
+    """The cost section of an estimate: from `train_tokens` at the plan's seq_len, else from the run section's
+    stages (their steps and seq_len); None when the plan states neither."""
+    stages = _stages(spec, train_tokens)
+    if stages is None:
+        return None
+    lo_b, hi_b = band(spec, "time")
+    wall = sum(n * estimate_throughput(s)["step_time_s"] for s, n in stages)
+    wall_range = [wall * math.exp(lo_b), wall * math.exp(hi_b)]
+    gpus = spec.world
+    gpu_hours = wall * gpus / 3600
+    tokens = sum(n * tokens_per_step(s) for s, n in stages)
+    return {"source": "train_tokens" if train_tokens is not None else "run.stages",
+            "train_tokens": tokens, "steps": sum(n for _, n in stages), "gpus": gpus,
+            "wall_time_s": round(wall, 1), "wall_time_s_range": [round(x, 1) for x in wall_range],
+            "gpu_hours": round(gpu_hours, 2), "gpu_hours_range": [round(x * gpus / 3600, 2) for x in wall_range],
+            "summary": summary(wall, wall_range, gpu_hours)}
