@@ -51,6 +51,12 @@ class Spec(TrainingFields):
         return self.sp * self.dp
 
     @property
+    def sequences_per_step(self) -> int:
+        """The global batch: sequences per optimizer step (micro batch x grad_accum x dp; each SP group trains one
+        sequence per micro batch slot)."""
+        return self._t.micro_batch_size * self._t.grad_accum * self.dp
+
+    @property
     def gpus_per_node(self) -> int:
         return self.plan.hardware.gpus_per_node
 
