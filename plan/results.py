@@ -240,6 +240,7 @@ class SpMethodOption(BaseModel):
     device_total_gib: float | None = None
     device_total_gib_range: list[float] | None = None
     verdict: Verdict | None = None
+    verdict_label: str | None = Field(None, description='"fits", "may not fit" or "does not fit" (plan/verdict.py)')
     fits: bool | None = None
     comm_gb_per_step: float | None = None
     all_to_all_s: float | None = None

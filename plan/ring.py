@@ -33,7 +33,7 @@ from .throughput import (
 )
 from .uncertainty import band, scaled
 from .validation import Spec, validate
-from .verdict import verdict
+from .verdict import LABELS, verdict
 
 LABEL = "estimate: Ulysses Lab trains with Ulysses"
 
@@ -106,7 +106,7 @@ def _bands(spec: Spec, device_total: float, capacity: float, step: float, method
     total_range = scaled(device_total, band(spec, "memory", method))
     v = verdict(total_range[0], total_range[1], capacity)
     lo, hi = band(spec, "time", method)
-    return {"device_total_gib_range": total_range, "verdict": v, "fits": v == "fits",
+    return {"device_total_gib_range": total_range, "verdict": v, "verdict_label": LABELS[v], "fits": v == "fits",
             "step_time_s_range": [step * math.exp(lo), step * math.exp(hi)]}
 
 

@@ -156,7 +156,7 @@ function PlannerPage({ defaults, initial }: { defaults: PlanDefaults; initial: L
             <ThroughputFigures est={showEst} />
           </div>
         ) : null}
-        <RecommendPanel plan={built.plan} defaults={defaults.defaults} onUse={usePlan} />
+        <RecommendPanel plan={built.plan} globalBatch={showEst?.throughput?.sequences_per_step ?? null} defaults={defaults.defaults} onUse={usePlan} />
         <SpMethodsPanel plan={valid ? built.plan : null} />
         {/* the last sweep stays while a new estimate is pending, never beside a plan with errors */}
         {sweepError && !errors.length ? <div className="card error" data-testid="sweep-error">Sweep failed: {sweepError}</div> : null}

@@ -5,7 +5,7 @@ import { StepBreakdown } from "../../components/StepBreakdown";
 import { readPlannerLines, readSmoothing, savePlannerLines, saveSmoothing, saveZoom } from "../../lib/chartState";
 import { INK } from "../../lib/theme";
 import type { Run } from "../../lib/api";
-import { ema, fmtNum } from "../../lib/format";
+import { ema, fmtGiB, fmtNum } from "../../lib/format";
 import { EvalCharts } from "./EvalCharts";
 import { aligned, rankLabels, single } from "./series";
 import type { Store, Zoom } from "./useRunData";
@@ -54,6 +54,7 @@ function RankChart({ store, name, title, testid, onZoom, onZoomReset, noData }: 
   }, [store, name]);
   const reportsSteps = x.length === 0 && single(store, "loss").x.length > 0;
   return <Chart testid={testid} title={title} x={x} lines={lines} points={n} onZoom={onZoom} onZoomReset={onZoomReset} height={160}
+    yUnit={name.endsWith("_gib") ? "GiB" : undefined}
     emptyText={noData ?? (reportsSteps ? "not reported by this run" : "no data yet")} />;
 }
 
@@ -158,8 +159,8 @@ export function RunCharts({ run, store, zoom, setZoom }: Props) {
       <div className="chart-grid">
         <Chart testid="loss-chart" title="loss" x={loss.x} lines={loss.lines} points={loss.n} bands={loss.bands} onZoom={onZoom} onZoomReset={onZoomReset} height={240} />
         <div data-testid="memory-chart-wrap" data-predicted-gib={predictedPeak ?? ""} data-measured-gib={memory.measured ?? ""} data-equal-ranks={memory.equalRanks}>
-          <Chart testid="memory-chart" title={`peak allocated memory per rank (GiB)${memory.measured != null ? `: max ${fmtNum(memory.measured, 3)}` : ""}${predictedPeak != null ? `, planner ${fmtNum(predictedPeak, 3)}${showPlanner ? " dashed" : ""}` : ""}`}
-            x={memory.x} lines={memory.lines} points={memory.n} onZoom={onZoom} onZoomReset={onZoomReset} height={240} />
+          <Chart testid="memory-chart" title={`peak allocated memory per rank${memory.measured != null ? `: max ${fmtGiB(memory.measured)}` : ""}${predictedPeak != null ? `, planner ${fmtGiB(predictedPeak)}${showPlanner ? " dashed" : ""}` : ""}`}
+            yUnit="GiB" x={memory.x} lines={memory.lines} points={memory.n} onZoom={onZoom} onZoomReset={onZoomReset} height={240} />
         </div>
         <MetricChart store={store} name="lr" title="learning rate" testid="lr-chart" onZoom={onZoom} onZoomReset={onZoomReset} showPlanner={showPlanner} />
         <MetricChart store={store} name="grad_norm" title="grad norm" testid="grad-norm-chart" onZoom={onZoom} onZoomReset={onZoomReset} showPlanner={showPlanner} />
