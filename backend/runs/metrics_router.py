@@ -17,7 +17,7 @@ from backend.core.db import get_sessionmaker
 from backend.core.instruments import POINTS_INGESTED, SSE_CLIENTS
 from backend.metrics import chart, service
 from backend.metrics.models import MetricPoint
-from backend.metrics.schemas import Accepted, MetricQueryOut, PointsIn
+from backend.metrics.schemas import Accepted, MetricQueryOut, PointsIn, StepAxesOut
 from backend.runs import alerts
 from backend.runs.schemas import RunOut
 from backend.runs.service import get_run, require_run, require_writable_run
@@ -95,6 +95,15 @@ def query(run_id: RowId, session: SessionDep, _: Reader, name: str = Query(..., 
     """At most `points` buckets per rank over the step range, each with min, max and last."""
     require_run(session, run_id)
     return chart.query(session, run_id, name, start, end, points)
+
+
+@router.get("/metrics/axes")
+def step_axes(run_id: RowId, session: SessionDep, _: Reader,
+              points: int = Query(1000, ge=2, le=10_000)) -> StepAxesOut:
+    """The run's steps with their wall time and the tokens trained up to them (at most `points`), for charts whose
+    x axis is wall time or tokens."""
+    require_run(session, run_id)
+    return chart.axes(session, run_id, points)
 
 
 def _snapshot(run_id: int, cursor: int | None) -> tuple[dict, int, list[dict]]:

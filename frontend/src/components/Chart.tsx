@@ -45,6 +45,11 @@ const STEP_INCRS = [1, 2, 5].flatMap((m) => Array.from({ length: 8 }, (_, e) => 
 
 export const PALETTE = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#be185d", "#65a30d"];
 
+/** The plotted columns; on a log y axis a value at or below 0 has no place and is left out. */
+function data(x: number[], lines: Line[], logY?: boolean): uPlot.AlignedData {
+  return [x, ...lines.map((l) => (logY ? l.values.map((v) => (v !== null && v > 0 ? v : null)) : l.values))];
+}
+
 /** A uPlot line chart that follows its container's width and updates in place when data changes. */
 export function Chart({ testid, title, x, lines, height = 220, xLabel = "step", yLabel, logX, logY, yUnit, xFormat, points, onZoom, onZoomReset, yMax, bands, emptyText = "no data yet" }: Props) {
   const box = useRef<HTMLDivElement>(null);
@@ -140,7 +145,7 @@ export function Chart({ testid, title, x, lines, height = 220, xLabel = "step", 
         ],
       },
     };
-    const u = new uPlot(opts, [x, ...lines.map((l) => l.values)] as uPlot.AlignedData, el);
+    const u = new uPlot(opts, data(x, lines, logY), el);
     plot.current = u;
     const ro = new ResizeObserver(() => u.setSize({ width: Math.max(200, el.clientWidth), height }));
     ro.observe(el);
@@ -152,8 +157,8 @@ export function Chart({ testid, title, x, lines, height = 220, xLabel = "step", 
   }, [shape, testid]);
 
   useEffect(() => {
-    plot.current?.setData([x, ...lines.map((l) => l.values)] as uPlot.AlignedData);
-  }, [x, lines]);
+    plot.current?.setData(data(x, lines, logY));
+  }, [x, lines, logY]);
 
   const n = points ?? x.length;
   const keys = onZoom ? {
@@ -168,7 +173,7 @@ export function Chart({ testid, title, x, lines, height = 220, xLabel = "step", 
     },
   } : {};
   return (
-    <div className="chart card" data-testid={testid} data-points={n} {...keys}>
+    <div className="chart card" data-testid={testid} data-points={n} data-x={xLabel} data-log-y={logY ? "true" : "false"} {...keys}>
       <div className="chart-title">
         {title} <span className="muted">({n} points)</span>
       </div>

@@ -137,7 +137,7 @@ function RecCard({ rec, i, onUse }: { rec: Recommendation; i: number; onUse: (p:
         <span>per GPU <b>{fmtGiB(m?.device_total_gib)}</b> of {fmtGiB(m?.gpu_capacity_gib)}</span>
         {m && badge ? <span className={`badge ${badge.cls}`} data-testid={`rec-verdict-${i}`}>{m.verdict_text}</span> : null}
         {m ? <span data-testid={`rec-headroom-${i}`}>headroom <b>{fmtGiBRange(m.headroom_gib_range)}</b>
-          {" "}({fmtRange(m.headroom_pct_range, (v) => `${v.toFixed(0)}%`)})</span> : null}
+          {" "}({fmtRange(m.headroom_pct_range, (v) => v.toFixed(0))}%)</span> : null}
       </div>
       {rec.unavailable ? <div className="field-error" data-testid={`rec-unavailable-${i}`}>{rec.unavailable}</div> : null}
       <ul className="reasons">{rec.reasons.map((r, j) => <li key={j}>{r}</li>)}</ul>

@@ -170,7 +170,8 @@ function PlannerPage({ defaults, initial }: { defaults: PlanDefaults; initial: L
         <ExportButtons plan={valid ? built.plan : null} defaults={defaults.defaults.run} />
         <ProbePanel plan={valid ? built.plan : null} valid={valid} />
         <SubmitRun key={run.key} plan={built.plan} valid={valid} initial={run.run} defaults={defaults.defaults.run}
-          schedulers={(defaults.choices["run.lr_scheduler"] ?? []).map(String)} />
+          schedulers={(defaults.choices["run.lr_scheduler"] ?? []).map(String)}
+          trackers={(defaults.choices["run.report_to"] ?? []).map(String)} />
       </div>
     </div>
   );

@@ -26,7 +26,9 @@ function modelName(run: Run): string {
   return c ? `custom (${c.num_hidden_layers ?? "?"}L, h${c.hidden_size ?? "?"})` : "–";
 }
 
-export function Header({ run, live, lastPointAt, onChange, store }: { run: Run; live: string; lastPointAt: number | null; onChange: (r: Run) => void; store: Store }) {
+export function Header({ run, live, lastPointAt, onChange, store, viewOnly = false }: {
+  run: Run; live: string; lastPointAt: number | null; onChange: (r: Run) => void; store: Store; viewOnly?: boolean;
+}) {
   const [now, setNow] = useState(() => Date.now());  // "last point Ns ago" counts on every second
   useEffect(() => {
     const t = window.setInterval(() => setNow(Date.now()), 1000);
@@ -56,7 +58,7 @@ export function Header({ run, live, lastPointAt, onChange, store }: { run: Run; 
             onClick={() => { sessionStorage.setItem(LOAD_KEY, JSON.stringify(run.spec)); navigate("/planner"); }}>
             Open in planner
           </button>
-          <RunActions run={run} onChange={onChange} />
+          {viewOnly ? null : <RunActions run={run} onChange={onChange} />}
         </span>
       </div>
       <div className="kv">
