@@ -55,7 +55,8 @@ def test_log_y_time_and_tokens_on_x_several_metrics_and_a_view_only_link(stack, 
         page.wait_for_function("JSON.parse(document.querySelector('[data-testid=loss-chart] .chart-plot')"
                                ".dataset.yTicks).length > 0")
         logged = [_number(t) for t in _ticks(page, "loss-chart", "y")]
-        assert min(logged) < 10 < 1000 < max(logged), logged       # both losses on one readable axis
+        assert min(logged) <= 10, logged                          # both losses on one readable axis
+        assert max(logged) >= 1000, logged
 
         page.select_option("[data-testid=x-axis]", "tokens")
         page.wait_for_function("document.querySelector('[data-testid=loss-chart]')?.dataset.x === 'tokens' && "

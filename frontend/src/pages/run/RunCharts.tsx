@@ -5,7 +5,7 @@ import { StepBreakdown } from "../../components/StepBreakdown";
 import { readLogY, readPlannerLines, readSmoothing, readXKind, saveLogY, savePlannerLines, saveSmoothing, saveXKind, saveZoom, type XKind } from "../../lib/chartState";
 import { INK } from "../../lib/theme";
 import type { Run } from "../../lib/api";
-import { ema, fmtGiB, fmtNum } from "../../lib/format";
+import { ema, fmtGiB, fmtNum, fmtSeconds } from "../../lib/format";
 import { EvalCharts } from "./EvalCharts";
 import { aligned, rankLabels, single } from "./series";
 import { OverlayChart, useView, ViewChart, type View } from "./ViewChart";
@@ -14,8 +14,8 @@ import type { Store, Zoom } from "./useRunData";
 const SMOOTHING = 0.6;  // the loss EMA factor a page opens with (a shared link may give another)
 type Props = { run: Run; store: Store; zoom: Zoom; setZoom: (z: Zoom) => void };
 
-function MetricChart({ view, store, name, title, testid, predicted, onZoom, onZoomReset, scale = 1, showPlanner = true }: {
-  view: View; store: Store; name: string; title: string; testid: string;
+function MetricChart({ view, store, name, title, testid, predicted, onZoom, onZoomReset, scale = 1, showPlanner = true, format = (v) => fmtNum(v, 2) }: {
+  view: View; store: Store; name: string; title: string; testid: string; format?: (v: number) => string;
   predicted?: number | null; onZoom: (a: number, b: number) => void; onZoomReset: () => void; scale?: number; showPlanner?: boolean;
 }) {
   const { x, lines, offScale } = useMemo(() => {
@@ -31,7 +31,7 @@ function MetricChart({ view, store, name, title, testid, predicted, onZoom, onZo
     return { x: s.x, lines, offScale };
   }, [store, name, predicted, scale, showPlanner]);
   const how = offScale ? ", over 10x off the measurement: not drawn" : showPlanner ? ", dashed" : "";
-  const full = predicted != null ? `${title} (planner: ${fmtNum(predicted, 2)}${how})` : title;
+  const full = predicted != null ? `${title} (planner: ${format(predicted)}${how})` : title;
   // Steps have arrived but none carries this metric: the trainer does not report it (MFU is null on CPU ranks,
   // which have no peak TFLOPS to divide by), so waiting will not help.
   const reportsSteps = x.length === 0 && single(store, "loss").x.length > 0;
@@ -186,7 +186,7 @@ export function RunCharts({ run, store, zoom, setZoom }: Props) {
           predicted={thr?.tflops_per_gpu} onZoom={onZoom} onZoomReset={onZoomReset} showPlanner={showPlanner} />
         <MetricChart view={view} store={store} name="mfu" title="MFU (%)" testid="mfu-chart"
           predicted={thr ? thr.mfu * 100 : null} scale={100} onZoom={onZoom} onZoomReset={onZoomReset} showPlanner={showPlanner} />
-        <MetricChart view={view} store={store} name="step_time_s" title="step time (s)" testid="step-time-chart"
+        <MetricChart view={view} store={store} name="step_time_s" title="step time (s)" testid="step-time-chart" format={fmtSeconds}
           predicted={thr?.step_time_s} onZoom={onZoom} onZoomReset={onZoomReset} showPlanner={showPlanner} />
       </div>
       <EvalCharts store={store} />
