@@ -21,9 +21,12 @@ def plan(
                                    "hardware and seq_len, best first (other training/parallel fields it sets are "
                                    "locked)."),
     longest: bool = typer.Option(False, "--longest", help="With --recommend: search for the longest seq_len."),
+    vary_batch: bool = typer.Option(False, "--vary-batch", help="With --recommend: let the global batch follow dp "
+                                    "(by default every option trains the plan's sequences per step, grad_accum "
+                                    "adjusted)."),
     fix: bool = typer.Option(False, "--fix", help="Answer the fewest, cheapest changes that make the plan fit."),
-    from_workers: bool = typer.Option(False, "--from-workers", help="With --recommend/--fix: propose only the "
-                                      "attention kernels (and Liger) the live workers of the plan's queue report "
+    from_workers: bool = typer.Option(False, "--from-workers", help="With --recommend/--fix: put first the options "
+                                      "whose attention kernel (and Liger) the live workers of the plan's queue report "
                                       "(reads ULAB_DATABASE_URL, as the API's recommend and fix do)."),
     sp_methods: bool = typer.Option(False, "--sp-methods", help="Estimate Ulysses vs ring attention vs a hybrid."),
     import_path: Path | None = typer.Option(None, "--import", exists=True, dir_okay=False, help="Import a DeepSpeed "
@@ -68,7 +71,8 @@ def plan(
     if recommend or fix or sp_methods:
         kernels, liger = _queue_offer(data) if from_workers else (None, True)
         if recommend:
-            answer = planner.recommend(data, longest=longest, kernels=kernels, liger=liger, train_tokens=budget)
+            answer = planner.recommend(data, longest=longest, kernels=kernels, liger=liger, train_tokens=budget,
+                                       vary_batch=vary_batch)
             ok = not answer.get("errors")
         elif fix:
             answer = planner.fix(data, kernels=kernels, liger=liger)

@@ -13,6 +13,7 @@ from pydantic import Field
 
 from .throughput import estimate_throughput
 from .uncertainty import band
+from .validation import Spec
 
 # The token budget a cost is asked for (API query and recommend body, `ulab plan --train-tokens`): up to a quadrillion.
 TrainTokens = Annotated[int, Field(ge=1, le=10**15, description="Tokens to train on: the estimate answers `cost`, "
@@ -20,14 +21,10 @@ TrainTokens = Annotated[int, Field(ge=1, le=10**15, description="Tokens to train
                                                                  "the plan's seq_len")]
 
 
-def tokens_per_step(spec) -> int:
-    return spec.seq_len * spec.micro_batch_size * spec.grad_accum * spec.dp
-
-
-def _stages(spec, train_tokens: int | None) -> list[tuple[object, int]] | None:
+def _stages(spec: Spec, train_tokens: int | None) -> list[tuple[Spec, int]] | None:
     """(spec at the stage's seq_len, steps) per stage: the budget at the plan's seq_len, or the run's stages."""
     if train_tokens is not None:
-        return [(spec, math.ceil(train_tokens / tokens_per_step(spec)))]
+        return [(spec, math.ceil(train_tokens / spec.tokens_per_step))]
     stages = spec.plan.stages()
     if not stages:
         return None
@@ -53,7 +50,7 @@ def summary(wall_s: float, wall_range: list[float], gpu_hours: float) -> str:
     return f"about {duration_text(wall_s)} ({span}), {hours} GPU-hours"
 
 
-def estimate_cost(spec, train_tokens: int | None = None) -> dict | None:
+def estimate_cost(spec: Spec, train_tokens: int | None = None) -> dict | None:
     """The cost section of an estimate: from `train_tokens` at the plan's seq_len, else from the run section's
     stages (their steps and seq_len); None when the plan states neither."""
     stages = _stages(spec, train_tokens)
@@ -64,7 +61,7 @@ def estimate_cost(spec, train_tokens: int | None = None) -> dict | None:
     wall_range = [wall * math.exp(lo_b), wall * math.exp(hi_b)]
     gpus = spec.world
     gpu_hours = wall * gpus / 3600
-    tokens = sum(n * tokens_per_step(s) for s, n in stages)
+    tokens = sum(n * s.tokens_per_step for s, n in stages)
     return {"source": "train_tokens" if train_tokens is not None else "run.stages",
             "train_tokens": tokens, "steps": sum(n for _, n in stages), "gpus": gpus,
             "wall_time_s": round(wall, 1), "wall_time_s_range": [round(x, 1) for x in wall_range],

@@ -8,8 +8,9 @@ from .cost import estimate_cost
 from .errors import FieldError
 from .memory import GIB, estimate_memory
 from .throughput import estimate_throughput
-from .uncertainty import band, scaled, verdict
+from .uncertainty import band, scaled
 from .validation import Spec, validate
+from .verdict import verdict_fields
 
 
 def _r(x: float, nd: int = 3) -> float:
@@ -36,9 +37,9 @@ def memory_section(spec: Spec, mem: dict, method: str = "ulysses") -> dict:
     cpu = _r(mem["cpu_per_node"] / GIB, 1)
     b = band(spec, "memory", method)
     total_range = scaled(device_total, b)
-    v = verdict(total_range[0], total_range[1], capacity)
     return {"peak_allocated_gib": peak, "device_total_gib": device_total, "gpu_capacity_gib": capacity,
-            "fits": v == "fits", "verdict": v, "device_total_gib_range": total_range,
+            **verdict_fields(total_range[0], total_range[1], capacity, cpu, spec.cpu_gib_per_node),
+            "device_total_gib_range": total_range,
             "peak_allocated_gib_range": scaled(peak, b), "reserved_gib_range": scaled(reserved, b),
             "headroom_gib_range": [_r(capacity - total_range[1]), _r(capacity - total_range[0])],
             "headroom_pct_range": [_r(100 * (capacity - total_range[1]) / capacity, 1),
@@ -58,6 +59,9 @@ def throughput_section(spec: Spec, tp: dict, method: str = "ulysses") -> dict:
     return {"step_time_s": _sig(tp["step_time_s"]), "tokens_per_s": _r(tp["tokens_per_s"], 1),
             "step_time_s_range": [_sig(step * math.exp(lo)), _sig(step * math.exp(hi))],
             "tokens_per_s_range": [_r(tps * math.exp(-hi), 1), _r(tps * math.exp(-lo), 1)],
+            "sequences_per_step": spec.sequences_per_step, "tokens_per_step": spec.tokens_per_step,
+            "time_per_billion_tokens_s": _sig(1e9 / tps),
+            "time_per_billion_tokens_s_range": [_sig(1e9 / tps * math.exp(lo)), _sig(1e9 / tps * math.exp(hi))],
             "tokens_per_s_per_gpu": _r(tp["tokens_per_s_per_gpu"], 1), "tflops_per_gpu": _r(tp["tflops_per_gpu"], 1),
             "mfu": _r(tp["mfu"], 4), "time_breakdown_s": {k: _sig(v) for k, v in tp["time_breakdown_s"].items()}}
 

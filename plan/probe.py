@@ -84,11 +84,6 @@ def probe_plan(data: Any, depth: int, steps: int, data_path: str, cuda: bool) ->
     return plan
 
 
-def tokens_per_step(spec: Spec) -> int:
-    t = spec.plan.training
-    return t.seq_len * t.micro_batch_size * t.grad_accum * spec.dp
-
-
 def fit_line(xs: list[float], ys: list[float]) -> dict:
     """Least squares y = intercept + slope x; with the worst relative residual. Two or more distinct xs."""
     n = len(xs)
@@ -174,7 +169,7 @@ def summarize(data: Any, measured: list[dict], device: str) -> dict:
         value, source[part] = _scalar(reduced, direct, depth, part, fits, check, in_breakdown=True)
         parts[part] = _round(value, 6)
     extrapolated["breakdown_s"] = parts if any(x is not None for x in parts.values()) else None
-    extrapolated["tokens_per_s"] = _round(tokens_per_step(spec) / step_time, 1) if step_time else None
+    extrapolated["tokens_per_s"] = _round(spec.tokens_per_step / step_time, 1) if step_time else None
     source["tokens_per_s"] = source["step_time_s"]
     warnings += _warnings(spec, reduced, fits, device)
     failed = [m for m in measured if m.get("status") != "ok"]
@@ -191,7 +186,7 @@ def summarize(data: Any, measured: list[dict], device: str) -> dict:
     if "verdict" in est["memory"]:
         predicted["verdict"] = est["memory"]["verdict"]
     return {"plan_depth": depth, "depths": [m["depth"] for m in measured], "device": device, "world": world,
-            "gpu": spec.gpu.name, "gpu_capacity_gib": capacity, "tokens_per_step": tokens_per_step(spec),
+            "gpu": spec.gpu.name, "gpu_capacity_gib": capacity, "tokens_per_step": spec.tokens_per_step,
             "measured": measured, "extrapolated": extrapolated, "fits": fits, "source": source, "check": check,
             "predicted": predicted, "verdict": verdict(extrapolated, failed, capacity, device),
             "warnings": warnings}

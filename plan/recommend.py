@@ -14,6 +14,12 @@ Search (pruned, not enumerated: about a thousand memory evaluations for 64 GPUs)
   is dropped in turn (a later saver may make an earlier one unnecessary). A lower ZeRO stage is tried only when
   ZeRO-3 fits with its rung: it needs more memory, never less.
 - micro batch 2 and 4 are tried on the best few (they fill the GEMMs; the memory grows with them).
+- the global batch (sequences, hence tokens, per optimizer step: plan.validation.Spec.sequences_per_step) is held at
+  the plan's (or `global_batch`) by setting grad_accum = batch / (micro batch x dp), so every option trains the same
+  tokens per step and tokens/s ranks them as step time would; a layout whose dp x micro batch does not divide the
+  batch is a rejected option saying so. With `vary_batch` grad_accum stays the plan's and the batch follows dp.
+- every option names the kernels it needs (`kernels`); with `kernels` known (the queue's live workers), an option
+  needing one they lack sorts after every option that does not (`missing_kernels`, `unavailable`).
 - "longest": every structure with every saver on is bisected for its longest seq_len, then the savers that length
   does not need are dropped.
 """
@@ -22,7 +28,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .cost import estimate_cost, tokens_per_step
+from .cost import estimate_cost
 from .estimator import estimate_spec, invalid, memory_section
 from .memory import estimate_memory
 from .model import Plan
@@ -86,10 +92,20 @@ FALLBACK_ATTN = ("sdpa", "flex_attention", "eager")
 
 
 class _Search:
-    def __init__(self, base: Spec, locked: set[str], end: str = "point", kernels: list[str] | None = None):
-        self.base, self.locked, self.end, self.kernels = base, locked, end, kernels
+    def __init__(self, base: Spec, locked: set[str], end: str = "point", kernels: list[str] | None = None,
+                 batch: int | None = None):
+        self.base, self.locked, self.end, self.kernels, self.batch = base, locked, end, kernels, batch
         self.evaluated: dict[tuple, tuple[bool, dict, Spec]] = {}
         self.rejected: dict[tuple, str] = {}
+        self.batch_misses: list[tuple[Spec, str]] = []
+
+    def grad_accum(self, dp: int, micro_batch: int) -> int | None:
+        """The grad_accum that holds the global batch at `dp` x `micro_batch` (the plan's when the batch varies);
+        None when that product does not divide the batch."""
+        if self.batch is None:
+            return self.base.plan.training.grad_accum
+        per_accum = dp * micro_batch
+        return self.batch // per_accum if self.batch % per_accum == 0 else None
 
     def free(self, name: str) -> bool:
         section = "parallel" if name in ("sp_size", "dp_size") else "training"
@@ -123,11 +139,45 @@ def _structures(s: _Search) -> list[dict]:
         sps = [sp for sp in sps if sp * base.dp == world]
     sps = [sp for sp in sps if base.seq_len % sp == 0]
     zs = ZERO_STAGES if s.free("zero_stage") else (base.zero_stage,)
-    attns = queue_attn(base.gpu, s.kernels)
+    attns = searched_attn(base.gpu, s.kernels)
     if not s.free("attn_implementation"):
         attns = [base.attn] if s.kernels is None or base.attn in s.kernels else []
-    return [{"sp_size": sp, "dp_size": world // sp, "zero_stage": z, "attn_implementation": a}
-            for sp in sps for z in zs for a in attns]
+    out = []
+    mb = base.plan.training.micro_batch_size
+    for sp in sps:
+        ga = s.grad_accum(world // sp, mb)
+        if ga is None:
+            s.batch_misses.append((s.spec(None, sp_size=sp, dp_size=world // sp), _batch_miss(s, world // sp, mb)))
+            continue
+        out += [{"sp_size": sp, "dp_size": world // sp, "grad_accum": ga, "zero_stage": z, "attn_implementation": a}
+                for z in zs for a in attns]
+    return out
+
+
+def _batch_miss(s: _Search, dp: int, micro_batch: int) -> str:
+    return (f"dp {dp} x micro batch {micro_batch} does not divide the global batch of {s.batch} sequences per step "
+            f"(let Recommend vary the global batch to see it)")
+
+
+def searched_attn(gpu: Any, kernels: list[str] | None) -> list[str]:
+    """The attention kernels the search tries: the flash ones for `gpu` whatever the queue has (an option needing one
+    the queue lacks sorts last, saying so), and the queue's best other one when it has no flash kernel."""
+    attns = queue_attn(gpu, None)
+    if kernels is not None and not any(a in kernels for a in attns):
+        attns += queue_attn(gpu, kernels)
+    return attns
+
+
+def needed_kernels(spec: Spec) -> list[str]:
+    """The kernels a plan needs installed on its workers: its attention implementation, and Liger when it is on."""
+    return [spec.attn] + (["liger_kernel"] if spec.plan.training.liger_kernel else [])
+
+
+def _missing(spec: Spec, kernels: list[str] | None, liger: bool) -> list[str]:
+    """The kernels `spec` needs that the queue's live workers lack (none when they are unknown)."""
+    if kernels is None:
+        return []
+    return [k for k in needed_kernels(spec) if (k not in kernels if k != "liger_kernel" else not liger)]
 
 
 def default_sp_sizes_all(spec: Spec) -> list[int]:
@@ -238,6 +288,9 @@ def reasons(spec: Spec, est: dict) -> list[str]:
         else:
             saving = f"removes {saved:.1f} GiB of {'logits' if k in FREE_SAVERS else 'activations'} per GPU"
         out.append(f"{name} {saving}; " + (f"costs {cost:.0f}% time" if cost > 0.5 else "no time cost"))
+    tp = est["throughput"]
+    out.append(f"global batch {tp['sequences_per_step']:,} sequences ({tp['tokens_per_step']:,} tokens) per step: "
+               f"micro batch {t.micro_batch_size} x grad_accum {t.grad_accum} x dp {spec.dp}")
     if t.micro_batch_size > 1:
         out.append(f"micro batch {t.micro_batch_size} fills the GEMMs")
     if t.attn_implementation == "flash_attention_3":
@@ -250,9 +303,9 @@ def reasons(spec: Spec, est: dict) -> list[str]:
     return out
 
 
-def _answer(s: _Search, found: list[Spec], key, train_tokens: int | None = None) -> dict:
+def _answer(s: _Search, found: list[Spec], key, liger: bool, train_tokens: int | None = None) -> dict:
     seen, recs = set(), []
-    for spec in sorted(found, key=key):
+    for spec in sorted(found, key=lambda sp: (bool(_missing(sp, s.kernels, liger)), key(sp))):
         k = _key(spec)
         if k in seen:
             continue
@@ -261,9 +314,13 @@ def _answer(s: _Search, found: list[Spec], key, train_tokens: int | None = None)
         if v.spec is None:
             continue
         est = estimate_spec(v.spec, v.warnings)
+        missing = _missing(v.spec, s.kernels, liger)
         if train_tokens is not None:
             est["cost"] = estimate_cost(v.spec, train_tokens)
-        recs.append({"plan": v.spec.plan.effective(), "estimate": est, "reasons": reasons(v.spec, est)})
+        recs.append({"plan": v.spec.plan.effective(), "estimate": est, "reasons": reasons(v.spec, est),
+                     "kernels": needed_kernels(v.spec), "missing_kernels": missing,
+                     "unavailable": (f"needs {', '.join(missing)}, which no live worker of the plan's queue has "
+                                     f"(they have {', '.join(s.kernels or []) or 'none'})") if missing else None})
         if len(recs) == TOP:
             break
     rejected: list[dict] = []
@@ -278,7 +335,8 @@ def _answer(s: _Search, found: list[Spec], key, train_tokens: int | None = None)
         rejected.append({"plan": spec.plan.effective(), "why": why})
         if len(rejected) == REJECTED:
             break
-    return {"recommendations": recs, "rejected": rejected}
+    rejected += [{"plan": spec.plan.effective(), "why": why} for spec, why in s.batch_misses[:REJECTED]]
+    return {"recommendations": recs, "rejected": rejected, "global_batch": s.batch}
 
 
 def _overflow(s: _Search, key: tuple) -> float:
@@ -289,11 +347,13 @@ def _overflow(s: _Search, key: tuple) -> float:
                sec["cpu_gib_per_node"] - sec["cpu_capacity_gib_per_node"])
 
 
-def _base(data: Any) -> tuple[Spec | None, dict | None, set[str]]:
+def _base(data: Any) -> tuple[Spec | None, dict | None, set[str], int]:
+    """The spec the search starts from, the errors of a plan no search can fix, the locked fields and the plan's
+    global batch (sequences per optimizer step, as the plan states its dp_size)."""
     raw = data.model_dump(mode="json", exclude_unset=True) if isinstance(data, Plan) else data
     plan, errors = parse(data)
     if plan is None:
-        return None, invalid(errors), set()
+        return None, invalid(errors), set(), 0
     v = validate(at_seq_len(plan, plan.training.seq_len))
     if v.spec is None:
         # a rule broken by a field the search sets (sp, dp) is the search's to fix: start from sp = 1
@@ -301,20 +361,24 @@ def _base(data: Any) -> tuple[Spec | None, dict | None, set[str]]:
             update={"sp_size": 1, "dp_size": plan.hardware.gpus_per_node * plan.hardware.num_nodes})}),
             plan.training.seq_len))
         if v1.spec is None:
-            return None, invalid(v.errors, v.warnings), set()
+            return None, invalid(v.errors, v.warnings), set(), 0
         v = v1
-    return v.spec, None, _locked(raw if isinstance(raw, dict) else {})
+    spec = v.spec
+    assert spec is not None
+    return spec, None, _locked(raw if isinstance(raw, dict) else {}), spec.with_(
+        dp_size=plan.parallel.dp_size).sequences_per_step
 
 
 def recommend(data: Any, longest: bool = False, kernels: list[str] | None = None, liger: bool = True,
-              train_tokens: int | None = None) -> dict:
+              train_tokens: int | None = None, vary_batch: bool = False, global_batch: int | None = None) -> dict:
     """The configurations that fit, best first (tokens/s; with `longest`, seq_len then tokens/s; with
     `train_tokens`, the wall time to train that many tokens, whole steps, and each estimate's `cost`), and the
     nearest rejected ones with the reason. An invalid plan (a field no search can fix) answers `valid: false` errors.
-    `kernels`: the attention kernels the plan's queue can run (its live workers'); none other is proposed, and a
-    plan that sets one the queue lacks answers an error naming training.attn_implementation. `liger` False: no
-    worker of the queue has Liger, so the search does not turn it on."""
-    base, bad, locked = _base(data)
+    `kernels`: the attention kernels the plan's queue can run (its live workers'); an option needing another sorts
+    after those that do not, saying so, and a plan that sets one the queue lacks answers an error naming
+    training.attn_implementation. `liger` False: no worker of the queue has Liger, so the search does not turn it
+    on. The global batch is held at `global_batch` sequences per step (default: the plan's) unless `vary_batch`."""
+    base, bad, locked, plan_batch = _base(data)
     if base is None:
         assert bad is not None
         return {"recommendations": [], "rejected": [], "errors": bad["errors"]}
@@ -325,7 +389,10 @@ def recommend(data: Any, longest: bool = False, kernels: list[str] | None = None
                        f"{', '.join(kernels) or 'none'})"}]}
     if not liger:
         locked = locked | {"training.liger_kernel"}
-    s = _Search(base, locked, "high" if longest else "point", kernels)
+    batch = None if vary_batch else (global_batch or plan_batch)
+    if batch is not None:
+        locked = locked - {"training.grad_accum"}        # the search sets it to hold the batch
+    s = _Search(base, locked, "high" if longest else "point", kernels, batch)
     found: list[Spec] = []
     structs = _structures(s)
     if longest:
@@ -342,7 +409,7 @@ def recommend(data: Any, longest: bool = False, kernels: list[str] | None = None
                 s.evaluate(spec)
                 continue
             found.append(_drop_unneeded(s, spec.with_(seq_len=n)))
-        return _limited(_answer(s, found, key=lambda sp: (_verdict(sp) != "fits", -sp.seq_len, -_tps(sp))), kernels)
+        return _limited(_answer(s, found, lambda sp: (_verdict(sp) != "fits", -sp.seq_len, -_tps(sp)), liger), kernels)
     fitted_z3: set[tuple] = set()
     for st in structs:
         z3_fits = (st["sp_size"], st["attn_implementation"]) in fitted_z3
@@ -356,7 +423,10 @@ def recommend(data: Any, longest: bool = False, kernels: list[str] | None = None
     if s.free("micro_batch_size"):
         for spec in sorted(found, key=lambda sp: -_tps(sp))[:3]:
             for mb in MICRO_BATCHES:
-                cand = spec.with_(micro_batch_size=mb)
+                ga = s.grad_accum(spec.dp, mb)
+                if ga is None:
+                    break
+                cand = spec.with_(micro_batch_size=mb, grad_accum=ga)
                 ok, sec = s.evaluate(cand)
                 if not ok:
                     s.rejected[_key(cand)] = _why(sec)
@@ -364,10 +434,10 @@ def recommend(data: Any, longest: bool = False, kernels: list[str] | None = None
                 found.append(cand)
     if train_tokens is not None:
         def by_time(sp: Spec) -> tuple:
-            steps = math.ceil(train_tokens / tokens_per_step(sp))
+            steps = math.ceil(train_tokens / sp.tokens_per_step)
             return _verdict(sp) != "fits", steps * estimate_throughput(sp)["step_time_s"]
-        return _limited(_answer(s, found, key=by_time, train_tokens=train_tokens), kernels)
-    return _limited(_answer(s, found, key=lambda sp: (_verdict(sp) != "fits", -_tps(sp))), kernels)
+        return _limited(_answer(s, found, by_time, liger, train_tokens=train_tokens), kernels)
+    return _limited(_answer(s, found, lambda sp: (_verdict(sp) != "fits", -_tps(sp)), liger), kernels)
 
 
 def _limited(answer: dict, kernels: list[str] | None) -> dict:

@@ -12,6 +12,19 @@ def _si(x: float) -> str:
     return f"{x:.0f}"
 
 
+def _seconds(s: float) -> str:
+    """A duration people read: "450 us", "10.7 s", "16 min 26 s", "5 h 3 min"."""
+    if s < 1e-3:
+        return f"{s * 1e6:.3g} \u00b5s"
+    if s < 1:
+        return f"{s * 1e3:.3g} ms"
+    if s < 120:
+        return f"{s:.3g} s"
+    if s < 7200:
+        return f"{int(s // 60)} min {round(s % 60)} s"
+    return f"{int(s // 3600)} h {round(s % 3600 / 60)} min"
+
+
 def _count(n: int) -> str:
     return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n:,}"
 
@@ -32,17 +45,6 @@ def _setup(spec: Spec) -> str:
     return (f"{spec.gpus_per_node} x {spec.gpu.name} per node x {nodes} node{'s' if nodes != 1 else ''}, "
             f"sp {spec.sp} x dp {spec.dp}, seq_len {spec.seq_len:,}, {spec.dtype}, ZeRO-{spec.zero_stage}"
             + (f", offloaded: {', '.join(offload)}" if offload else "") + (f", {', '.join(savers)}" if savers else ""))
-
-
-def verdict_words(m: dict) -> str:
-    """The memory verdict and its band in words: "fits with 9-17 GiB to spare", "may not fit: 74-86 GiB of 80",
-    "does not fit: 92-104 GiB of 80" (the dashboard words it the same way, frontend/src/lib/verdict.ts)."""
-    lo, hi = m["device_total_gib_range"]
-    cap = m["gpu_capacity_gib"]
-    if m["verdict"] == "fits":
-        return f"fits with {cap - hi:.0f}\u2013{cap - lo:.0f} GiB to spare"
-    word = "may not fit" if m["verdict"] == "tight" else "does not fit"
-    return f"{word}: {lo:.0f}\u2013{hi:.0f} GiB of {cap:.0f}"
 
 
 def text_report(plan: dict, estimate: dict, max_seq: int | None = None, safe: int | None = None) -> str:
@@ -66,7 +68,7 @@ def text_report(plan: dict, estimate: dict, max_seq: int | None = None, safe: in
         lines.append(f"GPU memory per rank: {m['peak_allocated_gib']:.2f} GiB allocated at its peak "
                      f"({m.get('peak_phase', '?')}), {m['device_total_gib']:.2f} GiB device total of "
                      f"{m['gpu_capacity_gib']:.0f} GiB")
-        lines.append(f"  {verdict_words(m)} (range {m['device_total_gib_range'][0]:.1f}\u2013"
+        lines.append(f"  {m['verdict_text']} (range {m['device_total_gib_range'][0]:.1f}\u2013"
                      f"{m['device_total_gib_range'][1]:.1f} GiB)")
         lines.append(f"  {_parts(m['breakdown_gib'], ' GiB', '.3g')}")
         if m.get("reserved_gib") is not None:
@@ -109,8 +111,16 @@ def recommend_report(answer: dict) -> str:
         m, t = rec["estimate"]["memory"], rec["estimate"]["throughput"]
         setup = f"{_setup(spec)}, micro batch {spec.plan.training.micro_batch_size}, {spec.attn}" if spec else "?"
         lines.append(f"{i}. {setup}")
-        lines.append(f"   {verdict_words(m)}; {_si(t['tokens_per_s'])} tokens/s ({_si(t['tokens_per_s_per_gpu'])} "
-                     f"per GPU), {t['step_time_s']:.4g} s per step, MFU {100 * t['mfu']:.1f}%")
+        lines.append(f"   {m['verdict_text']}; {_si(t['tokens_per_s'])} tokens/s ({_si(t['tokens_per_s_per_gpu'])} "
+                     f"per GPU), MFU {100 * t['mfu']:.1f}%")
+        lo, hi = t["step_time_s_range"]
+        blo, bhi = t["time_per_billion_tokens_s_range"]
+        lines.append(f"   step {_seconds(t['step_time_s'])} ({_seconds(lo)}\u2013{_seconds(hi)}) for "
+                     f"{_si(t['tokens_per_step'])} tokens ({t['sequences_per_step']:,} sequences); "
+                     f"{_seconds(t['time_per_billion_tokens_s'])} per billion tokens ({_seconds(blo)}\u2013"
+                     f"{_seconds(bhi)}); needs {', '.join(rec['kernels'])}")
+        if rec.get("unavailable"):
+            lines.append(f"   ! {rec['unavailable']}")
         if rec["estimate"].get("cost"):
             lines.append(f"   {cost_line(rec['estimate']['cost'])}")
         lines += [f"   - {r}" for r in rec.get("reasons", [])]

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .verdict import verdict_fields
 
 Verdict = Literal["fits", "tight", "does_not_fit"]
 BAND = ("from the validation corpus's residuals in this estimate's regime, leave-one-source-out "
@@ -24,6 +26,10 @@ class MemoryEstimate(BaseModel):
     fits: bool = Field(description='verdict == "fits"')
     verdict: Verdict = Field(description='"fits": the range\'s high end fits; "tight": only its low end does; '
                                          '"does_not_fit": not even the low end')
+    verdict_label: str = Field(description='The badge every page shows: "fits", "may not fit" or "does not fit" '
+                                           '(host memory that does not fit reads "does not fit"; plan/verdict.py)')
+    verdict_text: str = Field(description='The verdict as one sentence, the same on every page and in `ulab plan '
+                                          '--text`: "fits with 9-17 GiB to spare", "may not fit: 74-86 GiB of 80"')
     device_total_gib_range: list[float] = Field(description="[low, high] of device_total_gib, " + BAND)
     peak_allocated_gib_range: list[float] = Field(description="[low, high] of peak_allocated_gib, " + BAND)
     reserved_gib_range: list[float] | None = Field(None, description="[low, high] of reserved_gib, " + BAND)
@@ -43,12 +49,31 @@ class MemoryEstimate(BaseModel):
     cpu_fits: bool
     cpu_breakdown_gib_per_node: dict[str, float] = {}
 
+    @model_validator(mode="before")
+    @classmethod
+    def _stated_verdict(cls, data: Any) -> Any:
+        """An estimate stored before the verdict was stated in words gets its words from the same function."""
+        if isinstance(data, dict) and "verdict_text" not in data and data.get("device_total_gib_range"):
+            lo, hi = data["device_total_gib_range"]
+            cpu = data.get("cpu_gib_per_node", 0.0)
+            return {**data, **verdict_fields(lo, hi, data["gpu_capacity_gib"], cpu,
+                                             data.get("cpu_capacity_gib_per_node") or cpu)}
+        return data
+
 
 class ThroughputEstimate(BaseModel):
     step_time_s: float
     tokens_per_s: float
     step_time_s_range: list[float] = Field(description="[low, high] of step_time_s, " + BAND)
     tokens_per_s_range: list[float] = Field(description="[low, high] of tokens_per_s, " + BAND)
+    # absent from estimates stored before they were stated
+    sequences_per_step: int | None = Field(None, description="The global batch: sequences per optimizer step "
+                                                             "(micro_batch_size x grad_accum x dp_size)")
+    tokens_per_step: int | None = Field(None, description="Tokens per optimizer step (sequences_per_step x seq_len)")
+    time_per_billion_tokens_s: float | None = Field(None, description="Seconds to train on 10^9 tokens at "
+                                                                      "tokens_per_s")
+    time_per_billion_tokens_s_range: list[float] | None = Field(None, description="[low, high] of "
+                                                                "time_per_billion_tokens_s, " + BAND)
     tokens_per_s_per_gpu: float
     tflops_per_gpu: float
     mfu: float
@@ -175,6 +200,12 @@ class Recommendation(BaseModel):
     plan: dict[str, Any] = Field(description="The recommended plan, every default filled in")
     estimate: Estimate
     reasons: list[str] = Field(description="One line per choice that matters")
+    kernels: list[str] = Field(description="The kernels the plan needs on its workers: its attention implementation, "
+                                           "and liger_kernel when Liger is on")
+    missing_kernels: list[str] = Field(description="Those of `kernels` no live worker of the plan's queue has (empty "
+                                                   "when the queue's kernels are not known): such an option sorts "
+                                                   "after every option that needs none")
+    unavailable: str | None = Field(None, description="Why the option cannot run on the queue now, when it cannot")
 
 
 class RejectedPlan(BaseModel):
@@ -188,8 +219,10 @@ class Recommend(BaseModel):
     recommendations: list[Recommendation]
     rejected: list[RejectedPlan]
     errors: list[FieldErrorOut] = []
-    queue_kernels: list[str] | None = Field(None, description="The attention kernels the search was limited to: "
-                                            "what the live workers of the plan's queue report (null: not limited)")
+    queue_kernels: list[str] | None = Field(None, description="The attention kernels the live workers of the plan's "
+                                            "queue report (null: none is up, nothing is known)")
+    global_batch: int | None = Field(None, description="The sequences per optimizer step every option holds (by its "
+                                                       "grad_accum); null: the search varied the global batch")
 
 
 class FixChange(BaseModel):
@@ -223,6 +256,7 @@ class SpMethodOption(BaseModel):
     device_total_gib: float | None = None
     device_total_gib_range: list[float] | None = None
     verdict: Verdict | None = None
+    verdict_label: str | None = Field(None, description='"fits", "may not fit" or "does not fit" (plan/verdict.py)')
     fits: bool | None = None
     comm_gb_per_step: float | None = None
     all_to_all_s: float | None = None

@@ -31,8 +31,9 @@ from .throughput import (
     estimate_throughput,
     gpu_class,
 )
-from .uncertainty import band, scaled, verdict
+from .uncertainty import band, scaled
 from .validation import Spec, validate
+from .verdict import LABELS, verdict
 
 LABEL = "estimate: Ulysses Lab trains with Ulysses"
 
@@ -92,7 +93,7 @@ def _ring(spec: Spec, u: int, r: int) -> dict:
     volume += spec.grad_accum * L * (passes_fwd + 1) * _a2a_bytes(virtual, u)
     step = tp["step_time_s"] + ring_s
     lo_t, hi_t = band(spec, "time", "ring")
-    n_tokens = S * b * spec.grad_accum * spec.dp
+    n_tokens = S * spec.sequences_per_step
     return {"device_total_gib": _r(device_total), **_bands(spec, device_total, sec["gpu_capacity_gib"], step, "ring"),
             "comm_gb_per_step": _r(volume / 1e9), "exposed_ring_s": ring_s,
             "all_to_all_s": tp["time_breakdown_s"]["all_to_all"], "step_time_s": step,
@@ -105,7 +106,7 @@ def _bands(spec: Spec, device_total: float, capacity: float, step: float, method
     total_range = scaled(device_total, band(spec, "memory", method))
     v = verdict(total_range[0], total_range[1], capacity)
     lo, hi = band(spec, "time", method)
-    return {"device_total_gib_range": total_range, "verdict": v, "fits": v == "fits",
+    return {"device_total_gib_range": total_range, "verdict": v, "verdict_label": LABELS[v], "fits": v == "fits",
             "step_time_s_range": [step * math.exp(lo), step * math.exp(hi)]}
 
 

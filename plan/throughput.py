@@ -267,7 +267,7 @@ def estimate_throughput(spec, attn_len: int | None = None, attn_block: int | Non
     offload = ga * max(0.0, per_micro - compute_micro) + boundary
 
     step = compute + a2a + zero_exposed + host_exposed + optimizer + offload
-    tokens = spec.seq_len * spec.micro_batch_size * ga * spec.dp
+    tokens = spec.seq_len * spec.sequences_per_step
     tflops = fl["model"] * tokens / N / step / 1e12
     return {"step_time_s": step, "tokens_per_s": tokens / step, "tokens_per_s_per_gpu": tokens / step / N,
             "tflops_per_gpu": tflops, "mfu": tflops * 1e12 / peak,

@@ -47,9 +47,3 @@ def band(spec, kind: str, method: str = "ulysses") -> tuple[float, float]:
 def scaled(x: float, b: tuple[float, float], nd: int = 3) -> list[float]:
     return [round(x * math.exp(b[0]), nd), round(x * math.exp(b[1]), nd)]
 
-
-def verdict(low: float, high: float, capacity: float) -> str:
-    """fits: the high end fits; tight: only the low end does; does_not_fit: not even the low end."""
-    if high <= capacity:
-        return "fits"
-    return "tight" if low <= capacity else "does_not_fit"

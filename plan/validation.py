@@ -51,6 +51,17 @@ class Spec(TrainingFields):
         return self.sp * self.dp
 
     @property
+    def sequences_per_step(self) -> int:
+        """The global batch: sequences per optimizer step (micro batch x grad_accum x dp; each SP group trains one
+        sequence per micro batch slot)."""
+        return self._t.micro_batch_size * self._t.grad_accum * self.dp
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens per optimizer step: the global batch at the plan's seq_len."""
+        return self.sequences_per_step * self.seq_len
+
+    @property
     def gpus_per_node(self) -> int:
         return self.plan.hardware.gpus_per_node
 

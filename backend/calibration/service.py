@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 import plan as planner
 from backend.calibration.models import CalibrationPoint
 from backend.metrics.models import MetricPoint
+from plan.verdict import verdict
 
 log = logging.getLogger(__name__)
 FIGURES = ("peak_allocated_gib", "reserved_gib", "device_total_gib", "tokens_per_s")
@@ -221,8 +222,7 @@ def corrected(session: Session, plan: dict) -> dict:
         out["corrected"][f] = {"predicted": pred[f], "corrected": value, **c, "range": [value * lo, value * hi]}
         if f == "device_total_gib" and est.get("valid"):
             cap = est["memory"]["gpu_capacity_gib"]
-            out["corrected"][f]["verdict"] = "fits" if value * hi <= cap else "tight" if value * lo <= cap \
-                else "does_not_fit"
+            out["corrected"][f]["verdict"] = verdict(value * lo, value * hi, cap)
     return out
 
 

@@ -9,7 +9,7 @@ from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
 from backend.metrics.models import MetricPoint
-from backend.metrics.schemas import MetricQueryOut, SeriesOut
+from backend.metrics.schemas import MetricQueryOut, SeriesOut, StepAxesOut
 
 TIERS = (16, 256, 4096, 65536)
 
@@ -81,3 +81,25 @@ def query(session: Session, run_id: int, name: str, start: int | None, stop: int
         s.max.append(vmax)
         s.last.append(last)
     return MetricQueryOut(name=name, series=list(series.values()))
+
+
+# The trainer's per-step token count (worker/trainer/callbacks.py `tokens`, rank 0), summed in step order.
+_AXES = """
+WITH t AS (
+    SELECT step, wall_time, SUM(value) OVER (ORDER BY step) AS tokens
+    FROM metrics WHERE run_id = :run_id AND name = 'tokens' AND rank = 0
+)
+SELECT step, wall_time, tokens FROM t WHERE step % :width = 0 OR step = :lo OR step = :hi ORDER BY step
+"""
+
+
+def axes(session: Session, run_id: int, points: int) -> StepAxesOut:
+    lo, hi = session.execute(select(func.min(MetricPoint.step), func.max(MetricPoint.step)).where(
+        MetricPoint.run_id == run_id, MetricPoint.name == "tokens", MetricPoint.rank == 0)).one()
+    if lo is None:
+        return StepAxesOut(step=[], wall_s=[], tokens=[])
+    width, _ = plan_buckets(lo, hi, points)
+    rows = session.execute(text(_AXES), {"run_id": run_id, "width": width, "lo": lo, "hi": hi}).all()
+    start = min((w for _, w, _ in rows if w and w > 0), default=None)
+    return StepAxesOut(step=[s for s, _, _ in rows], tokens=[float(t) for _, _, t in rows],
+                       wall_s=[w - start if start is not None and w and w > 0 else None for _, w, _ in rows])

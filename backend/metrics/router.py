@@ -22,7 +22,7 @@ from backend.execution import attempt_tokens
 from backend.execution.router import attempt_principal
 from backend.metrics import chart, service
 from backend.metrics.models import MetricPoint
-from backend.metrics.schemas import Accepted, MetricQueryOut, PointsIn
+from backend.metrics.schemas import Accepted, MetricQueryOut, PointsIn, StepAxesOut
 from backend.runs.schemas import RunOut
 from backend.runs.service import get_run, require_run, require_writable_run
 from backend.runs.states import TERMINAL, RunState
@@ -108,6 +108,15 @@ def query(run_id: RowId, session: SessionDep, _: Reader, name: str = Query(..., 
     """At most `points` buckets per rank over the step range, each with min, max and last."""
     require_run(session, run_id)
     return chart.query(session, run_id, name, start, end, points)
+
+
+@router.get("/metrics/axes")
+def step_axes(run_id: RowId, session: SessionDep, _: Reader,
+              points: int = Query(1000, ge=2, le=10_000)) -> StepAxesOut:
+    """The run's steps with their wall time and the tokens trained up to them (at most `points`), for charts whose
+    x axis is wall time or tokens."""
+    require_run(session, run_id)
+    return chart.axes(session, run_id, points)
 
 
 def _snapshot(run_id: int, cursor: int | None) -> tuple[dict, int, list[dict]]:

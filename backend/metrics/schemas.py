@@ -49,3 +49,13 @@ class SeriesOut(BaseModel):
 class MetricQueryOut(BaseModel):
     name: str
     series: list[SeriesOut]
+
+
+class StepAxesOut(BaseModel):
+    """What a chart may put on its x axis besides the step: at most `points` steps of the run (its first and last
+    among them), each with the wall-clock seconds since the run's first step and the tokens trained up to it (the
+    sum of the trainer's per-step `tokens`). A chart maps its steps between them linearly."""
+
+    step: list[int]
+    wall_s: list[float | None] = Field(description="null where the point carries no wall time")
+    tokens: list[float]

@@ -58,10 +58,13 @@ def recommend(body: RecommendRequest, session: SessionDep, _: Reader) -> Recomme
     """The configurations that fit the plan's model and hardware at its seq_len (or, with `longest`, the longest
     seq_len), best first, each with its reasons, and the nearest rejected ones. Training and parallel fields the
     plan sets (seq_len aside) are kept; the rest are searched. Only the attention kernels the live workers of the
-    plan's queue report are proposed (all, when none is up), and Liger only where one has it: `queue_kernels`."""
+    plan's queue report (`queue_kernels`) come first; an option needing another comes after, saying so; Liger is
+    proposed only where a worker has it. Every option trains the same global batch (grad_accum adjusted) unless
+    `vary_global_batch`."""
     kernels, liger = workers.queue_offer(session, plan_gpu_name(body.plan))
     return planner.recommend(body.plan, longest=body.longest, kernels=kernels,  # type: ignore[return-value]
-                             liger=liger, train_tokens=body.train_tokens)
+                             liger=liger, train_tokens=body.train_tokens, vary_batch=body.vary_global_batch,
+                             global_batch=body.global_batch)
 
 
 @router.post("/estimate/fix")

@@ -35,6 +35,10 @@ class RecommendRequest(BaseModel):
     longest: bool = Field(False, description="Search for the longest seq_len instead")
     train_tokens: TrainTokens | None = Field(None, description="Rank by the wall time to train this many tokens "
                                                                "(each recommendation's estimate answers `cost`)")
+    vary_global_batch: bool = Field(False, description="Let the global batch follow dp (grad_accum stays the plan's) "
+                                                       "instead of holding it by grad_accum")
+    global_batch: int | None = Field(None, ge=1, le=1 << 24, description="Sequences per optimizer step to hold "
+                                     "(default: the plan's micro_batch_size x grad_accum x dp_size)")
 
 
 class PlanDefaults(BaseModel):

@@ -58,6 +58,7 @@ ACCESS: dict[tuple[str, str], Permission | str | None] = {
     ("GET", "/api/runs/{run_id}/fix"): P.READ,
     ("POST", "/api/runs/{run_id}/metrics"): P.INGEST,
     ("GET", "/api/runs/{run_id}/metrics/names"): P.READ,
+    ("GET", "/api/runs/{run_id}/metrics/axes"): P.READ,
     ("GET", "/api/runs/{run_id}/metrics"): P.READ,
     ("GET", "/api/runs/{run_id}/metrics.csv"): P.READ,
     ("GET", "/api/runs/{run_id}/metrics.parquet"): P.READ,

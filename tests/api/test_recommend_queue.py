@@ -1,5 +1,6 @@
-"""Recommend and fix propose what the plan's queue can run: the attention kernels (and Liger) its live workers
-report (backend/workers/service.queue_offer), and a worker whose heartbeat stopped counts for nothing."""
+"""Recommend puts first what the plan's queue can run: the attention kernels (and Liger) its live workers report
+(backend/workers/service.queue_offer); an option needing a kernel they lack comes after, saying so. Fix moves a plan
+to what the queue has, and a worker whose heartbeat stopped counts for nothing."""
 from __future__ import annotations
 
 from datetime import timedelta
@@ -56,7 +57,25 @@ def _kernels(answer: dict) -> set[str]:
     return {r["plan"]["training"]["attn_implementation"] for r in answer["recommendations"] + answer["rejected"]}
 
 
-def test_recommend_never_proposes_a_flash_kernel_to_a_queue_with_only_sdpa(client, tokens):
+def _runnable_first(answer: dict) -> set[str]:
+    """The attention kernels of the options the queue can run, after checking that they all come before the options
+    it cannot, and that each of those names the kernel it lacks."""
+    recs = answer["recommendations"]
+    lacking = [bool(r["missing_kernels"]) for r in recs]
+    assert lacking == sorted(lacking), [(r["plan"]["training"]["attn_implementation"], r["missing_kernels"])
+                                        for r in recs]
+    for r in recs:
+        attn = r["plan"]["training"]["attn_implementation"]
+        assert attn in r["kernels"], r
+        if r["missing_kernels"]:
+            assert r["missing_kernels"] == [attn], r
+            assert f"needs {attn}, which no live worker of the plan's queue has" in r["unavailable"], r
+        else:
+            assert r["unavailable"] is None, r
+    return {r["plan"]["training"]["attn_implementation"] for r in recs if not r["missing_kernels"]}
+
+
+def test_recommend_puts_a_flash_kernel_after_sdpa_on_a_queue_with_only_sdpa(client, tokens):
     viewer = as_role(client, tokens, "viewer")
     # no worker up: the search proposes the flash kernels (Hopper: FA2 and FA3)
     free = client.post("/api/estimate/recommend", json={"plan": _open_plan()}, headers=viewer)
@@ -71,10 +90,12 @@ def test_recommend_never_proposes_a_flash_kernel_to_a_queue_with_only_sdpa(clien
         body = r.json()
         assert body["queue_kernels"] == ["sdpa"], body
         assert body["recommendations"], body
-        assert _kernels(body) == {"sdpa"}, _kernels(body)
+        assert _runnable_first(body) == {"sdpa"}, body
+        assert body["recommendations"][0]["plan"]["training"]["attn_implementation"] == "sdpa"
+        assert {"flash_attention_2", "flash_attention_3"} <= _kernels(body), _kernels(body)  # shown, after sdpa
         longest = client.post("/api/estimate/recommend", json={"plan": _open_plan(), "longest": True}, headers=viewer)
         assert longest.status_code == 200, longest.text
-        assert _kernels(longest.json()) == {"sdpa"}, longest.text
+        assert _runnable_first(longest.json()) == {"sdpa"}, longest.text
 
         # a plan that asks for FA3 itself: refused, naming the field, rather than recommended
         plan = tiny_plan()
@@ -110,9 +131,10 @@ def test_the_cli_reads_the_queues_kernels_with_from_workers(client, tokens, tmp_
     try:
         res = CliRunner().invoke(ulab, ["plan", "--json", str(plan_file), "--recommend", "--from-workers"])
         assert res.exit_code == 0, res.output
-        assert _kernels(json.loads(res.output)) == {"sdpa"}
+        assert _runnable_first(json.loads(res.output)) == {"sdpa"}
         plain = CliRunner().invoke(ulab, ["plan", "--json", str(plan_file), "--recommend"])
-        assert "flash_attention_3" in _kernels(json.loads(plain.output))  # without the flag: not limited
+        assert not any(r["missing_kernels"] for r in json.loads(plain.output)["recommendations"])  # nothing known
+        assert json.loads(plain.output)["recommendations"][0]["plan"]["training"]["attn_implementation"] != "sdpa"
         asked = _open_plan()
         asked["training"]["attn_implementation"] = "flash_attention_2"
         plan_file.write_text(json.dumps(asked))
@@ -185,8 +207,8 @@ def test_a_lost_worker_counts_for_nothing(client, tokens, tmp_path):
         r = _approve(client, admin, tmp_path, plan)
         assert r.status_code == 409, r.text
         assert r.json()["detail"][0]["field"] == "training.attn_implementation", r.text
-        assert _kernels(client.post("/api/estimate/recommend", json={"plan": _open_plan()},
-                                    headers=viewer).json()) == {"flash_attention_2"}
+        assert _runnable_first(client.post("/api/estimate/recommend", json={"plan": _open_plan()},
+                                           headers=viewer).json()) == {"flash_attention_2"}
     finally:
         _stop("celery@fa3", "celery@fa2-only")
 

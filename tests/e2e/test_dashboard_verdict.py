@@ -1,6 +1,6 @@
 """Issue 23 in Chromium against the real API: the planner page and the run page state the memory range and the
 verdict in words ("fits with 9–17 GiB to spare", "may not fit: 74–86 GiB of 80"), the step-time and tokens/s
-ranges, and Recommend keeps the fields the user set (grad_accum 8 stays 8 after "use this")."""
+ranges, and Recommend keeps what the user set (8 sequences per optimizer step stay 8 after "use this")."""
 from __future__ import annotations
 
 import base64
@@ -69,7 +69,10 @@ def test_recommend_keeps_what_the_user_set_and_shows_headroom(api_server):
         screenshot(page, "dashboard-recommend-verdict")
         page.click("[data-testid=use-recommendation-0]")
         page.wait_for_function(VALID, timeout=20_000)
-        assert page.input_value("[data-testid=input-grad_accum]") == "8"       # kept, not reset to 1
+        # the global batch the user set (8 sequences per step) is kept: grad_accum follows the layout's dp
+        batch = [int(page.input_value(f"[data-testid=input-{k}]")) for k in ("grad_accum", "micro_batch_size",
+                                                                             "dp_size")]
+        assert batch[0] * batch[1] * batch[2] == 8, batch
 
 
 def test_run_page_states_the_range_and_the_verdict(stack, api, corpus):

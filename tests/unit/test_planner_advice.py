@@ -123,7 +123,7 @@ def test_fix_via_cli():
     assert set(out) >= {"changes", "plan", "estimate", "cost"}
     res = CliRunner().invoke(ulab, ["plan", "--json", _write(GUIDE_512K), "--recommend"])
     assert res.exit_code == 0
-    assert set(json.loads(res.output)) == {"recommendations", "rejected"}
+    assert set(json.loads(res.output)) == {"recommendations", "rejected", "global_batch"}
 
 
 def _write(plan: dict) -> str:

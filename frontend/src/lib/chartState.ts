@@ -82,3 +82,56 @@ export function saveSeriesShown(chart: string, label: string, shown: boolean) {
 export function shareUrl(): string {
   return window.location.href;
 }
+
+/** What the run page's charts put on their x axis: the step (default), the wall time since the first step, or the
+ * tokens trained ("x=time", "x=tokens"). */
+export type XKind = "step" | "time" | "tokens";
+
+export function readXKind(): XKind {
+  const v = query().get("x");
+  return v === "time" || v === "tokens" ? v : "step";
+}
+
+export function saveXKind(kind: XKind) {
+  setParam("x", kind === "step" ? null : kind);
+}
+
+/** A log-scale y axis on the metric charts ("logy=1"). */
+export function readLogY(): boolean {
+  return query().get("logy") === "1";
+}
+
+export function saveLogY(on: boolean) {
+  setParam("logy", on ? "1" : null);
+}
+
+/** The metrics drawn together on the run page's combined chart ("overlay=loss,grad_norm"). */
+export function readOverlay(): string[] {
+  return (query().get("overlay") ?? "").split(",").filter(Boolean);
+}
+
+export function saveOverlay(names: string[]) {
+  setParam("overlay", names.length ? names.join(",") : null);
+}
+
+/** A view-only link ("view=1"): the page shows the run and its charts without the buttons that change it. */
+export function readViewOnly(): boolean {
+  return query().get("view") === "1";
+}
+
+/** The link to this view with "view=1": whoever opens it sees the same charts, with no action on the run. */
+export function viewOnlyUrl(): string {
+  const [path, rest] = window.location.href.split("?");
+  const q = new URLSearchParams(rest ?? "");
+  q.set("view", "1");
+  return `${path}?${q.toString()}`;
+}
+
+/** The runs list's filter on plan fields and final metrics ("where=training.seq_len>=64K, final_loss<4.5"). */
+export function readRunFilter(): string {
+  return query().get("where") ?? "";
+}
+
+export function saveRunFilter(text: string) {
+  setParam("where", text.trim() ? text : null);
+}

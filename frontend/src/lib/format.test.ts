@@ -1,5 +1,8 @@
 import { describe, expect, it } from "vitest";
-import { ema, fmtDuration, fmtGiB, fmtNum, fmtSeconds, fmtSeq, fmtTick, fmtValue, parseSeq, parseTime, parseTokens } from "./format";
+import {
+  ema, fmtCount, fmtDuration, fmtGiB, fmtGiBRange, fmtGiBTick, fmtNum, fmtRange, fmtSeconds, fmtSeq, fmtTick, fmtValue,
+  parseSeq, parseTime, parseTokens, parseWhole, sig,
+} from "./format";
 
 describe("fmtNum", () => {
   it("scales to k, M and G with one decimal", () => {
@@ -8,8 +11,9 @@ describe("fmtNum", () => {
     expect(fmtNum(3.2e9, 2)).toBe("3.20G");
     expect(fmtNum(12.345)).toBe("12.3");
   });
-  it("writes tiny values in scientific notation and missing ones as a dash", () => {
-    expect(fmtNum(0.001)).toBe("1.00e-3");
+  it("writes tiny values as plain decimals and missing ones as a dash", () => {
+    expect(fmtNum(0.001)).toBe("0.001");
+    expect(fmtNum(0.00523)).toBe("0.00523");
     expect(fmtNum(0)).toBe("0.0");
     expect(fmtNum(null)).toBe("–");
     expect(fmtNum(undefined)).toBe("–");
@@ -21,6 +25,9 @@ describe("fmtGiB", () => {
   it("uses the largest binary unit the value is at least 1 of", () => {
     expect(fmtGiB(80)).toBe("80.0 GiB");
     expect(fmtGiB(0.0026)).toBe("2.7 MiB");
+    expect(fmtGiB(480 / 1024)).toBe("480.0 MiB");            // never "4.8e+2 MiB"
+    expect(fmtGiB(4033.1)).toBe("3.9 TiB");
+    expect(fmtGiB(-3.5)).toBe("-3.5 GiB");
     expect(fmtGiB(1 / 1024 / 1024 * 3)).toBe("3.0 KiB");
     expect(fmtGiB(0)).toBe("0.0 GiB");
     expect(fmtGiB(null)).toBe("–");
@@ -32,7 +39,7 @@ describe("fmtValue", () => {
     expect(fmtValue(7691.9)).toBe("7,692");
     expect(fmtValue(6.23456)).toBe("6.235");
     expect(fmtValue(0.0123)).toBe("0.0123");
-    expect(fmtValue(0.00001234)).toBe("1.23e-5");
+    expect(fmtValue(0.00001234)).toBe("0.00001234");
     expect(fmtValue(undefined)).toBe("–");
   });
 });
@@ -45,6 +52,8 @@ describe("fmtSeconds", () => {
     expect(fmtSeconds(1.25)).toBe("1.25 s");
     expect(fmtSeconds(200)).toBe("3 min 20 s");
     expect(fmtSeconds(7300)).toBe("2 h 2 min");
+    expect(fmtSeconds(986)).toBe("16 min 26 s");
+    expect(fmtSeconds(3 * 86400 + 7200)).toBe("3 d 2 h");
     expect(fmtSeconds(null)).toBe("–");
   });
 });
@@ -52,10 +61,50 @@ describe("fmtSeconds", () => {
 describe("fmtTick", () => {
   it("keeps small ticks distinct", () => {
     expect(fmtTick(0, 1)).toBe("0");
-    expect(fmtTick(1e-4, 1e-5)).toBe("1.0e-4");
-    expect(fmtTick(0.25, 0.1)).toBe("0.25");
-    expect(fmtTick(0.25, 0.05)).toBe("0.250");  // finer steps, one more digit
+    expect(fmtTick(1e-4, 1e-5)).toBe("0.00010");
+    expect(fmtTick(0.25, 0.25)).toBe("0.25");
+    expect(fmtTick(0.2, 0.05)).toBe("0.20");    // every tick of an axis at the digits of its step
+    expect(fmtTick(3, 1)).toBe("3");
     expect(fmtTick(15000, 5000)).toBe("15.0k");
+  });
+  it("never writes an exponent on an axis", () => {
+    for (const [v, span] of [[0.0052, 0.001], [5.2e-3, 5.2e-3], [3e-5, 1e-5], [0.0125, 0.0025]]) {
+      expect(fmtTick(v, span)).not.toMatch(/e[+-]/);
+    }
+    expect(fmtTick(0.0052, 0.0002)).toBe("0.0052");
+  });
+  it("writes a memory axis in the unit of its largest tick", () => {
+    expect(fmtGiBTick(0.0052, 0.008)).toBe("5.32 MiB");     // never "5.20e-3" GiB
+    expect(fmtGiBTick(40, 80)).toBe("40 GiB");
+    expect(fmtGiBTick(0.5, 1)).toBe("0.5 GiB");
+    expect(fmtGiBTick(0, 80)).toBe("0");
+  });
+});
+
+describe("one formatter for counts and ranges", () => {
+  it("writes significant digits without an exponent", () => {
+    expect(sig(480)).toBe("480");
+    expect(sig(12345)).toBe("12,300");
+    expect(sig(0.00523)).toBe("0.00523");
+    expect(sig(1.0)).toBe("1");
+  });
+  it("groups counts", () => {
+    expect(fmtCount(262144)).toBe("262,144");
+    expect(fmtCount(null)).toBe("–");
+  });
+  it("states a negative headroom as a shortfall, never '-105.5--3.5 GiB'", () => {
+    expect(fmtGiBRange([-105.5, -3.5])).toBe("short by 3.5–105.5 GiB");
+    expect(fmtGiBRange([-3.5, 10])).toBe("short by up to 3.5 GiB, up to 10.0 GiB to spare");
+    expect(fmtGiBRange([9, 17])).toBe("9.0–17.0 GiB");
+    expect(fmtGiBRange([0.002, 0.004])).toBe("2.0–4.1 MiB");
+    expect(fmtGiBRange([2581, 5734])).toBe("2.5–5.6 TiB");
+    expect(fmtGiBRange(null)).toBe("–");
+  });
+  it("writes a range of durations in units people read, never '871.08-1.82k s'", () => {
+    expect(fmtRange([871.08, 1820], fmtSeconds)).toBe("14 min 31 s – 30 min 20 s");
+    expect(fmtRange([9.46, 19.8], fmtSeconds)).toBe("9.46–19.8 s");
+    expect(fmtRange([-3, 4], (v) => String(v))).toBe("-3 to 4");
+    expect(fmtRange([5, 5], (v) => String(v))).toBe("5");
   });
 });
 
@@ -72,9 +121,22 @@ describe("sequence lengths", () => {
     expect(parseSeq("128K")).toBe(131072);
     expect(parseSeq(" 1.5m ")).toBe(1572864);
     expect(parseSeq("65536")).toBe(65536);
+    expect(parseSeq("262,144")).toBe(262144);            // as the page prints it
+    expect(parseSeq("262 144")).toBe(262144);
+    expect(parseSeq("256K")).toBe(262144);
+    expect(parseSeq("256 k")).toBe(262144);
+    expect(parseSeq("26,21,44")).toBeNaN();
+    expect(parseSeq("1,5M")).toBeNaN();
     expect(parseSeq("12 tokens")).toBeNaN();
     expect(parseSeq("")).toBeNaN();
     for (const n of [512, 4096, 131072, 1 << 20]) expect(parseSeq(fmtSeq(n))).toBe(n);
+    for (const n of [512, 4096, 131072, 262144]) expect(parseSeq(fmtCount(n))).toBe(n);
+  });
+  it("reads whole numbers with thousands separators", () => {
+    expect(parseWhole("1,024")).toBe(1024);
+    expect(parseWhole(" 8 ")).toBe(8);
+    expect(parseWhole("8.5")).toBeNaN();
+    expect(parseWhole("1,02")).toBeNaN();
   });
 });
 
@@ -97,9 +159,9 @@ describe("times", () => {
     expect(parseTime("2026-01-01T00:00:00Z")).toBe(Date.UTC(2026, 0, 1));
   });
   it("writes a duration in s, m s and h m", () => {
-    expect(fmtDuration("2026-01-01T00:00:00", "2026-01-01T00:00:42")).toBe("42s");
-    expect(fmtDuration("2026-01-01T00:00:00", "2026-01-01T00:01:05")).toBe("1m 5s");
-    expect(fmtDuration("2026-01-01T00:00:00", "2026-01-01T02:03:00")).toBe("2h 3m");
+    expect(fmtDuration("2026-01-01T00:00:00", "2026-01-01T00:00:42")).toBe("42 s");
+    expect(fmtDuration("2026-01-01T00:00:00", "2026-01-01T00:03:05")).toBe("3 min 5 s");
+    expect(fmtDuration("2026-01-01T00:00:00", "2026-01-01T02:03:00")).toBe("2 h 3 min");
     expect(fmtDuration(null, null)).toBe("–");
     expect(fmtDuration("2026-01-01T00:01:00", "2026-01-01T00:00:00")).toBe("–");
   });

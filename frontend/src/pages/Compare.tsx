@@ -2,7 +2,7 @@ import { useQueries, useQuery } from "@tanstack/react-query";
 import { useMemo, useState } from "react";
 import { Chart, PALETTE, type Line } from "../components/Chart";
 import { client, unwrap, type Run } from "../lib/api";
-import { ema } from "../lib/format";
+import { ema, fmtGiB } from "../lib/format";
 import { navigate } from "../lib/route";
 
 type Series = { step: number[]; value: number[] };
@@ -76,7 +76,7 @@ export function Compare({ ids }: { ids: number[] }) {
   const diff = useMemo(() => {
     const flats: Record<string, string>[] = runs.map((r) => ({
       ...flatten(r.spec),
-      "planner.peak_allocated_gib": String(r.estimate?.memory?.peak_allocated_gib?.toFixed(3) ?? "–"),
+      "planner.peak_allocated_gib": fmtGiB(r.estimate?.memory?.peak_allocated_gib),
       "planner.tokens_per_s": String(Math.round(r.estimate?.throughput?.tokens_per_s ?? 0)),
     }));
     const keys = [...new Set(flats.flatMap((f) => Object.keys(f)))].sort();

@@ -4,7 +4,9 @@ import { RunActions, StateBadge } from "../components/RunActions";
 import { SortHeader } from "../components/SortHeader";
 import { client, gpuName, unwrap, type Run } from "../lib/api";
 import { fmtDuration, fmtNum, fmtSeq, fmtTime, fmtValue, parseTime } from "../lib/format";
+import { readRunFilter, saveRunFilter } from "../lib/chartState";
 import { putRun } from "../lib/query";
+import { matches, parseFilter } from "../lib/runFilter";
 import { navigate } from "../lib/route";
 import { isTerminal, RUN_STATES } from "../lib/states";
 
@@ -103,6 +105,8 @@ export function Runs() {
   const [state, setState] = useState("");
   const [tag, setTag] = useState("");
   const [q, setQ] = useState("");
+  const [where, setWhere] = useState(readRunFilter);
+  const filter = useMemo(() => parseFilter(where), [where]);
   const [sort, setSort] = useState<{ key: string; dir: 1 | -1 }>({ key: "id", dir: -1 });
   const [selected, setSelected] = useState<number[]>([]);
 
@@ -125,12 +129,13 @@ export function Runs() {
     const value = (r: Run) => col.value(r, measured.get(r.id)?.tps ?? null);
     return runs
       .filter((r) => (!state || r.state === state) && (!tag || (r.tags ?? []).includes(tag))
-        && (!text || `${r.id} ${r.name} ${model(r)} ${r.state} ${(r.tags ?? []).join(" ")}`.toLowerCase().includes(text)))
+        && (!text || `${r.id} ${r.name} ${model(r)} ${r.state} ${(r.tags ?? []).join(" ")}`.toLowerCase().includes(text))
+        && matches(r, filter.clauses, { tokens_per_s: measured.get(r.id)?.tps ?? null }))
       .sort((a, b) => {
         const va = value(a), vb = value(b);
         return (va < vb ? -1 : va > vb ? 1 : 0) * sort.dir;
       });
-  }, [runs, sort, q, state, tag, measured]);
+  }, [runs, sort, q, state, tag, measured, filter]);
 
   const onChange = useCallback((r: Run) => void putRun(r), []);
   const toggle = useCallback((id: number) => setSelected((s) => (s.includes(id) ? s.filter((x) => x !== id) : [...s, id])), []);
@@ -147,11 +152,15 @@ export function Runs() {
           {[...new Set((runs ?? []).flatMap((r) => r.tags ?? []))].sort().map((t) => <option key={t}>{t}</option>)}
         </select>
         <input data-testid="runs-filter-text" placeholder="filter by name, model…" value={q} onChange={(e) => setQ(e.target.value)} />
+        <input data-testid="runs-where" className="where" placeholder="where: training.seq_len>=64K, final_loss<4.5, run.learning_rate<1e-3"
+          title="any plan field (model., hardware., parallel., training., run.) or run figure (final_loss, tokens_per_s, state, tags, estimate.…), with = != < <= > >= ~ (contains); clauses joined by commas"
+          value={where} onChange={(e) => { setWhere(e.target.value); saveRunFilter(e.target.value); }} />
         <button type="button" data-testid="compare-selected" disabled={selected.length < 2}
           onClick={() => navigate(`/compare?ids=${selected.join(",")}`)}>
           Compare {selected.length ? `(${selected.length})` : ""}
         </button>
       </div>
+      {filter.error ? <div className="field-error" data-testid="runs-where-error">{filter.error}</div> : null}
       {list.error ? <div className="card error" data-testid="runs-error">{list.error.message}</div> : null}
       <table className="table runs-table" data-testid="runs-table" data-count={rows.length}>
         <thead>
@@ -172,7 +181,7 @@ export function Runs() {
           })}
         </tbody>
       </table>
-      {runs && rows.length === 0 ? <div className="muted" data-testid="runs-empty">No runs{state || q ? " match the filter" : " yet: plan one in the Planner"}.</div> : null}
+      {runs && rows.length === 0 ? <div className="muted" data-testid="runs-empty">No runs{state || q || where ? " match the filter" : " yet: plan one in the Planner"}.</div> : null}
     </div>
   );
 }

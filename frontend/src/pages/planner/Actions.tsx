@@ -165,7 +165,7 @@ function num(v: string): number {
 /** The fields the form shows an error beside (the rest go under the Submit button). */
 const FIELD_KEYS = ["name", "run.steps", "run.learning_rate", "run.data.path", "run.data", "run.model_path", "run.lr_scheduler",
   "run.seed", "run.warmup_steps", "run.checkpoint_every", "run.keep_checkpoints", "run.eval_rows", "run.eval_every",
-  "run.divergence_factor", "run.grad_norm_factor", "run.throughput_floor", "run.stall_after_s", "priority", "max_retries"];
+  "run.divergence_factor", "run.grad_norm_factor", "run.report_to", "run.throughput_floor", "run.stall_after_s", "priority", "max_retries"];
 
 /** The alert rules that can stop a run (backend/metrics/alerts.py): (stop switch, its threshold or null, label). */
 const GUARDRAILS = [
@@ -177,8 +177,9 @@ const GUARDRAILS = [
 ] as const;
 type Guard = (typeof GUARDRAILS)[number];
 
-export function SubmitRun({ plan, valid, initial, defaults, schedulers }: {
+export function SubmitRun({ plan, valid, initial, defaults, schedulers, trackers }: {
   plan: Plan | null; valid: boolean; initial?: RunSection | null; defaults: Record<string, unknown>; schedulers: string[];
+  trackers: string[];
 }) {
   const { identity } = useAuth();
   const allowed = can(identity, "submit");
@@ -196,6 +197,7 @@ export function SubmitRun({ plan, valid, initial, defaults, schedulers }: {
   const [thresholds, setThresholds] = useState<Record<string, string>>(
     () => Object.fromEntries(GUARDRAILS.map((g) => g[1]).filter((t): t is NonNullable<Guard[1]> => t !== null)
       .map((t) => [t, String(initial?.[t] ?? defaults[t] ?? "")])));
+  const [reportTo, setReportTo] = useState<string[]>(() => (initial?.report_to ?? []).map(String));
   const [priority, setPriority] = useState("0");
   const [retries, setRetries] = useState("0");
   const [busy, setBusy] = useState(false);
@@ -219,6 +221,7 @@ export function SubmitRun({ plan, valid, initial, defaults, schedulers }: {
           ...stops, ...Object.fromEntries(Object.entries(thresholds).map(([k, v]) => [k, num(v)])),
           // empty: the API resolves the preset under the models root (ULAB_MODELS_DIR) or the hub cache
           model_path: modelPath.trim() || null,
+          report_to: reportTo,
         } as RunSection,
       } }));
       navigate(`/runs/${run.id}`);
@@ -256,6 +259,14 @@ export function SubmitRun({ plan, valid, initial, defaults, schedulers }: {
           </label>
         ))}
       </div>
+      <fieldset className="guardrails" data-testid="run-report_to">
+        <legend>Also report to (the worker mirrors every metric through the tracker's own client)</legend>
+        {trackers.map((t) => (
+          <label key={t} className="switch"><input type="checkbox" data-testid={`run-report_to-${t}`} checked={reportTo.includes(t)}
+            onChange={(e) => setReportTo(e.target.checked ? [...reportTo, t] : reportTo.filter((x) => x !== t))} /> {t}</label>
+        ))}
+        {err("run.report_to")}
+      </fieldset>
       <fieldset className="guardrails" data-testid="run-guardrails">
         <legend>Stop the run (with a checkpoint) when</legend>
         {GUARDRAILS.map(([stop, threshold, label]) => (

@@ -1,8 +1,8 @@
 import { useMutation, useQuery } from "@tanstack/react-query";
 import { useState } from "react";
 import { client, unwrap, type Fix, type Plan, type Recommend, type Recommendation } from "../../lib/api";
-import { fmtGiB, fmtNum, fmtSeq } from "../../lib/format";
-import { verdictBadge, verdictWords } from "../../lib/verdict";
+import { fmtCount, fmtGiB, fmtGiBRange, fmtNum, fmtRange, fmtSeconds, fmtSeq } from "../../lib/format";
+import { verdictBadge } from "../../lib/verdict";
 
 type Training = NonNullable<Plan["training"]>;
 const SAVERS: [keyof Training, string][] = [
@@ -40,11 +40,12 @@ export function searchFrom(plan: Plan, defaults: Record<string, Record<string, u
 }
 
 /** The Recommend panel: the configurations that fit this model on these GPUs, ranked, each with "use this". */
-export function RecommendPanel({ plan, defaults, onUse }: {
-  plan: Plan | null; defaults: Record<string, Record<string, unknown>>; onUse: (p: Plan) => void;
+export function RecommendPanel({ plan, globalBatch, defaults, onUse }: {
+  plan: Plan | null; globalBatch: number | null; defaults: Record<string, Record<string, unknown>>; onUse: (p: Plan) => void;
 }) {
   const [longest, setLongest] = useState(false);
   const [vary, setVary] = useState(true);
+  const [varyBatch, setVaryBatch] = useState(false);
   const [answer, setAnswer] = useState<Recommend | null>(null);
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState("");
@@ -53,7 +54,9 @@ export function RecommendPanel({ plan, defaults, onUse }: {
     setBusy(true);
     setError("");
     try {
-      setAnswer(await unwrap(client.POST("/api/estimate/recommend", { body: { plan: searchFrom(plan, defaults, vary), longest } })));
+      setAnswer(await unwrap(client.POST("/api/estimate/recommend", {
+        body: { plan: searchFrom(plan, defaults, vary), longest, vary_global_batch: varyBatch, global_batch: varyBatch ? null : globalBatch },
+      })));
     } catch (e) {
       setError((e as Error).message);
     }
@@ -69,6 +72,9 @@ export function RecommendPanel({ plan, defaults, onUse }: {
           <label className="switch" title="sp, dp, ZeRO stage, offload, checkpointing, tiling, Liger, attention and micro batch">
             <input type="checkbox" data-testid="recommend-vary" checked={vary}
               onChange={(e) => setVary(e.target.checked)} />vary layout and savers</label>
+          <label className="switch" title="let the sequences per optimizer step follow dp (grad_accum stays yours)">
+            <input type="checkbox" data-testid="recommend-vary-batch" checked={varyBatch}
+              onChange={(e) => setVaryBatch(e.target.checked)} />vary global batch</label>
           <button type="button" data-testid="recommend-run" disabled={!plan || busy} onClick={run}>
             {busy ? "searching…" : "Recommend"}
           </button>
@@ -76,13 +82,18 @@ export function RecommendPanel({ plan, defaults, onUse }: {
       </div>
       <div className="muted">{vary ? "Searches sp, dp, ZeRO stage, offload, checkpointing, tiling, Liger, attention and micro batch"
         : "Keeps the layout and the savers you chose"} for this model and these GPUs at {plan ? fmtSeq(plan.training.seq_len) : "–"} tokens{longest ? " (or longer)" : ""};
-        the other fields you set (grad accumulation, dtype, …) stay as they are. Options that fit at the high end of
-        their range come before those that may not fit.</div>
+        the other fields you set (dtype, …) stay as they are. {varyBatch ? "The global batch follows dp (grad accumulation stays yours)."
+          : `Every option trains your global batch${globalBatch ? ` of ${fmtCount(globalBatch)} sequences` : ""} per step, grad accumulation adjusted.`}{" "}
+        Options that fit at the high end of their range come before those that may not fit, and those needing a kernel the
+        queue's workers lack come last.</div>
       {error ? <div className="field-error">{error}</div> : null}
       {answer ? (
         <div data-testid="recommendations">
           {answer.errors?.length ? <div className="field-error">{answer.errors.map((e) => `${e.field}: ${e.message}`).join("; ")}</div> : null}
           {!answer.recommendations.length && !answer.errors?.length ? <div className="field-error" data-testid="recommend-none">Nothing fits.</div> : null}
+          <div className="muted small" data-testid="recommend-queue">{answer.queue_kernels
+            ? `The queue's live workers have ${answer.queue_kernels.join(", ")}.`
+            : "No GPU worker of this queue is up: the kernels each option needs are not checked."}</div>
           <ol className="recs">
             {answer.recommendations.map((r, i) => <RecCard key={i} rec={r} i={i} onUse={onUse} />)}
           </ol>
@@ -108,7 +119,8 @@ function RecCard({ rec, i, onUse }: { rec: Recommendation; i: number; onUse: (p:
   const t = rec.estimate.throughput;
   const badge = m ? verdictBadge(m) : null;
   return (
-    <li className="rec" data-testid={`recommendation-${i}`} data-verdict={m?.verdict}>
+    <li className={`rec ${rec.unavailable ? "unavailable" : ""}`} data-testid={`recommendation-${i}`} data-verdict={m?.verdict}
+      data-missing={rec.missing_kernels.join(",")}>
       <div className="row-between">
         <b>{planSummary(p)}</b>
         <button type="button" data-testid={`use-recommendation-${i}`} onClick={() => onUse(p)}>use this</button>
@@ -116,11 +128,18 @@ function RecCard({ rec, i, onUse }: { rec: Recommendation; i: number; onUse: (p:
       <div className="kv">
         <span>seq_len <b>{fmtSeq(p.training.seq_len)}</b></span>
         <span>tokens/s <b data-testid={`rec-tps-${i}`}>{fmtNum(t?.tokens_per_s)}</b></span>
+        {t ? <span data-testid={`rec-step-${i}`}>step <b>{fmtSeconds(t.step_time_s)}</b> ({fmtRange(t.step_time_s_range, fmtSeconds)})</span> : null}
+        {t?.tokens_per_step ? <span data-testid={`rec-batch-${i}`} data-sequences={t.sequences_per_step} data-tokens={t.tokens_per_step}>
+          <b>{fmtNum(t.tokens_per_step, 2)}</b> tokens ({fmtCount(t.sequences_per_step)} sequences) per step</span> : null}
+        {t?.time_per_billion_tokens_s ? <span data-testid={`rec-per-billion-${i}`}>
+          <b>{fmtSeconds(t.time_per_billion_tokens_s)}</b> per billion tokens ({fmtRange(t.time_per_billion_tokens_s_range, fmtSeconds)})</span> : null}
+        <span data-testid={`rec-kernels-${i}`}>needs <b>{rec.kernels.join(", ")}</b></span>
         <span>per GPU <b>{fmtGiB(m?.device_total_gib)}</b> of {fmtGiB(m?.gpu_capacity_gib)}</span>
-        {m && badge ? <span className={`badge ${badge.cls}`} data-testid={`rec-verdict-${i}`}>{verdictWords(m)}</span> : null}
-        {m ? <span data-testid={`rec-headroom-${i}`}>headroom <b>{m.headroom_gib_range[0].toFixed(1)}–{m.headroom_gib_range[1].toFixed(1)} GiB</b>
-          {" "}({m.headroom_pct_range[0].toFixed(0)}–{m.headroom_pct_range[1].toFixed(0)}%)</span> : null}
+        {m && badge ? <span className={`badge ${badge.cls}`} data-testid={`rec-verdict-${i}`}>{m.verdict_text}</span> : null}
+        {m ? <span data-testid={`rec-headroom-${i}`}>headroom <b>{fmtGiBRange(m.headroom_gib_range)}</b>
+          {" "}({fmtRange(m.headroom_pct_range, (v) => v.toFixed(0))}%)</span> : null}
       </div>
+      {rec.unavailable ? <div className="field-error" data-testid={`rec-unavailable-${i}`}>{rec.unavailable}</div> : null}
       <ul className="reasons">{rec.reasons.map((r, j) => <li key={j}>{r}</li>)}</ul>
     </li>
   );
@@ -192,8 +211,8 @@ export function SpMethodsPanel({ plan }: { plan: Plan | null }) {
                   <td>{o.method}</td><td>{o.ulysses_degree} × {o.ring_degree}</td>
                   {o.valid ? (
                     <>
-                      <td>{fmtGiB(o.device_total_gib)}{o.device_total_gib_range ? ` (${o.device_total_gib_range[0].toFixed(0)}–${o.device_total_gib_range[1].toFixed(0)})` : ""}{o.verdict === "fits" ? "" : o.verdict === "tight" ? " may not fit" : " does not fit"}</td>
-                      <td>{fmtNum(o.comm_gb_per_step)} GB</td><td>{o.step_time_s?.toPrecision(4)} s</td><td>{fmtNum(o.tokens_per_s)}</td>
+                      <td>{fmtGiB(o.device_total_gib)}{o.device_total_gib_range ? ` (${fmtGiBRange(o.device_total_gib_range)})` : ""}{o.verdict_label && o.verdict_label !== "fits" ? ` ${o.verdict_label}` : ""}</td>
+                      <td>{fmtNum(o.comm_gb_per_step)} GB</td><td>{fmtSeconds(o.step_time_s)}</td><td>{fmtNum(o.tokens_per_s)}</td>
                     </>
                   ) : <td colSpan={4} className="muted">{o.why_not}</td>}
                 </tr>

@@ -1,6 +1,7 @@
 import { useState } from "react";
 import { ApiError, client, unwrap, type FieldError, type PlanDefaults, type PlanImported } from "../../lib/api";
 import { fmtGiB, fmtNum, fmtSeq } from "../../lib/format";
+import { verdictBadge } from "../../lib/verdict";
 import { planToForm, type Loaded } from "./form";
 
 type Notes = { kind: "errors" | "warnings" | "defaults"; notes: FieldError[] };
@@ -84,8 +85,9 @@ export function ImportSetup({ onLoad, defaults }: { onLoad: (l: Loaded) => void;
             {p.training.offload_optimizer ? ", optimizer offload" : ""}{p.training.offload_params ? ", parameter offload" : ""}
             {est?.valid && est.memory && est.throughput ? (
               <div data-testid="import-estimate">
-                <b>Estimate</b>: {fmtGiB(est.memory.device_total_gib)} of {fmtGiB(est.memory.gpu_capacity_gib)} per GPU{" "}
-                ({est.memory.fits ? "fits" : "does not fit"}), {fmtNum(est.throughput.tokens_per_s, 0)} tokens/s
+                <b>Estimate</b>: {fmtGiB(est.memory.device_total_gib)} per GPU,{" "}
+                <span className={`badge ${verdictBadge(est.memory).cls}`} data-testid="import-verdict">{est.memory.verdict_text}</span>,{" "}
+                {fmtNum(est.throughput.tokens_per_s)} tokens/s
               </div>
             ) : est ? <div data-testid="import-estimate">Estimate: not valid ({est.errors.map((e) => e.field).join(", ")})</div> : null}
           </div>

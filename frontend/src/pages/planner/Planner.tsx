@@ -163,7 +163,7 @@ function PlannerPage({ defaults, initial }: { defaults: PlanDefaults; initial: L
           </div>
         ) : null}
         <CostCard est={showEst} budget={budget} setBudget={setBudget} />
-        <RecommendPanel plan={built.plan} defaults={defaults.defaults} onUse={usePlan} />
+        <RecommendPanel plan={built.plan} globalBatch={showEst?.throughput?.sequences_per_step ?? null} defaults={defaults.defaults} onUse={usePlan} />
         <SpMethodsPanel plan={valid ? built.plan : null} />
         {/* the last sweep stays while a new estimate is pending, never beside a plan with errors */}
         {sweepError && !errors.length ? <div className="card error" data-testid="sweep-error">Sweep failed: {sweepError}</div> : null}
@@ -177,7 +177,8 @@ function PlannerPage({ defaults, initial }: { defaults: PlanDefaults; initial: L
         <ExportButtons plan={valid ? built.plan : null} defaults={defaults.defaults.run} />
         <ProbePanel plan={valid ? built.plan : null} valid={valid} />
         <SubmitRun key={run.key} plan={built.plan} valid={valid} initial={run.run} defaults={defaults.defaults.run}
-          schedulers={(defaults.choices["run.lr_scheduler"] ?? []).map(String)} />
+          schedulers={(defaults.choices["run.lr_scheduler"] ?? []).map(String)}
+          trackers={(defaults.choices["run.report_to"] ?? []).map(String)} />
       </div>
     </div>
   );

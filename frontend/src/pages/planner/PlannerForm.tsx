@@ -1,6 +1,6 @@
 import { createContext, useContext, type ReactNode } from "react";
 import type { Catalog, FieldError } from "../../lib/api";
-import { fmtSeq, parseSeq } from "../../lib/format";
+import { fmtCount, fmtSeq, parseSeq } from "../../lib/format";
 import { CUSTOM_GPU, effectiveDp, GPU_COLUMNS, worldSize, type PlanForm } from "./form";
 
 type Props = {
@@ -153,7 +153,7 @@ export function PlannerForm({ form, setForm, catalog, errors, warnings = [], cho
       <fieldset>
         <legend>Parallelism and sequence</legend>
         <div className="grid3">
-          <Field label="seq_len" field="training.seq_len" errors={errors} hint={Number.isFinite(seq) ? `${seq.toLocaleString()} tokens (${fmtSeq(seq)})` : "e.g. 128K, 1M"}>
+          <Field label="seq_len" field="training.seq_len" errors={errors} hint={Number.isFinite(seq) ? `${fmtCount(seq)} tokens (${fmtSeq(seq)})` : "e.g. 128K, 1M"}>
             {text("seq_len", "input-seq_len", "text")}
           </Field>
           <Field label="sp_size" field="parallel.sp_size" errors={errors}>{text("sp_size", "input-sp_size")}</Field>

@@ -2,6 +2,7 @@ import { useState } from "react";
 import { ApiError, client, unwrap, unwrapRun, type Plan, type Run } from "../../lib/api";
 import { isTerminal } from "../../lib/states";
 import { can, useAuth } from "../../lib/auth";
+import { fmtCount, fmtRange, sig } from "../../lib/format";
 
 /** The stored result of a probe (plan/probe.py): measured per depth, extrapolated to the model's depth, predicted. */
 type Figures = Record<string, number | null | undefined>;
@@ -21,12 +22,11 @@ const ROWS = [
 ] as const;
 
 function fmt(x: number | null | undefined): string {
-  if (x === null || x === undefined) return "–";
-  return Math.abs(x) >= 100 ? x.toFixed(0) : Math.abs(x) >= 1 ? x.toFixed(2) : x.toPrecision(3);
+  return x === null || x === undefined ? "–" : Math.abs(x) >= 1000 ? fmtCount(x) : sig(x, 3);
 }
 
 function range(r: unknown): string {
-  return Array.isArray(r) && r.length === 2 ? ` (${fmt(r[0])}–${fmt(r[1])})` : "";
+  return Array.isArray(r) && r.length === 2 ? ` (${fmtRange(r as number[], fmt)})` : "";
 }
 
 /** "Measure this plan": stores the plan, queues a probe run (reduced depth, random weights, the plan's GPUs), waits

@@ -1,6 +1,6 @@
 import type { Estimate } from "../../lib/api";
-import { fmtGiB, fmtNum, fmtSeconds, parseTokens } from "../../lib/format";
-import { rangeText, verdictBadge, verdictWords } from "../../lib/verdict";
+import { fmtCount, fmtGiB, fmtGiBRange, fmtNum, fmtRange, fmtSeconds, parseTokens } from "../../lib/format";
+import { verdictBadge } from "../../lib/verdict";
 
 const COLORS: Record<string, string> = {
   params: "#2563eb",
@@ -31,7 +31,7 @@ export function BreakdownBar({ est }: { est: Estimate }) {
         <span className={`badge ${badge.cls}`} data-testid="est-fits" data-verdict={m.verdict}>{badge.text}</span>
       </div>
       <div className={`verdict ${badge.cls}`} data-testid="est-verdict" data-low={lo} data-high={hi}>
-        {verdictWords(m)} <span className="muted small">(device total {rangeText(m.device_total_gib_range, (v) => v.toFixed(1))} GiB:
+        {m.verdict_text} <span className="muted small">(device total {fmtGiBRange(m.device_total_gib_range)}:
           the range of published measurements in this regime)</span>
       </div>
       <div
@@ -64,7 +64,7 @@ export function BreakdownBar({ est }: { est: Estimate }) {
       <div className="figures">
         <Figure label="peak allocated" value={fmtGiB(m.peak_allocated_gib)} testid="est-peak" />
         <Figure label="device total (nvidia-smi)" value={fmtGiB(m.device_total_gib)} testid="est-device-total" />
-        <Figure label="headroom" value={`${rangeText(m.headroom_gib_range, (v) => v.toFixed(1))} GiB`} testid="est-headroom" bad={m.verdict !== "fits"} />
+        <Figure label="headroom" value={fmtGiBRange(m.headroom_gib_range)} testid="est-headroom" bad={m.verdict !== "fits"} />
         <Figure label="CPU memory / node" value={fmtGiB(m.cpu_gib_per_node)} testid="est-cpu-mem" bad={!m.cpu_fits} />
       </div>
     </div>
@@ -88,12 +88,14 @@ export function ThroughputFigures({ est }: { est: Estimate }) {
       <h3>Throughput</h3>
       <div className="figures">
         <Figure label="tokens/s (job)" value={fmtNum(t.tokens_per_s)} testid="est-tokens-per-s" />
-        <Figure label="tokens/s range" value={rangeText(t.tokens_per_s_range, (v) => fmtNum(v))} testid="est-tokens-per-s-range" />
+        <Figure label="tokens/s range" value={fmtRange(t.tokens_per_s_range, (v) => fmtNum(v))} testid="est-tokens-per-s-range" />
         <Figure label="tokens/s per GPU" value={fmtNum(t.tokens_per_s_per_gpu)} testid="est-tokens-per-s-per-gpu" />
         <Figure label="TFLOPS / GPU" value={fmtNum(t.tflops_per_gpu)} testid="est-tflops" />
         <Figure label="MFU" value={`${(100 * t.mfu).toFixed(1)}%`} testid="est-mfu" />
         <Figure label="step time" value={fmtSeconds(t.step_time_s)} testid="est-step-time" />
-        <Figure label="step time range" value={`${rangeText(t.step_time_s_range, (v) => fmtNum(v, 2))} s`} testid="est-step-time-range" />
+        <Figure label="step time range" value={fmtRange(t.step_time_s_range, fmtSeconds)} testid="est-step-time-range" />
+        {t.tokens_per_step ? <Figure label={`tokens per step (${fmtCount(t.sequences_per_step)} sequences)`} value={fmtNum(t.tokens_per_step, 2)} testid="est-tokens-per-step" /> : null}
+        {t.time_per_billion_tokens_s ? <Figure label={`per billion tokens (${fmtRange(t.time_per_billion_tokens_s_range, fmtSeconds)})`} value={fmtSeconds(t.time_per_billion_tokens_s)} testid="est-time-per-billion" /> : null}
       </div>
       {t.time_breakdown_s ? (
         <ul className="legend small">
@@ -126,8 +128,8 @@ export function CostCard({ est, budget, setBudget }: { est: Estimate | null; bud
           </div>
           <div className="figures">
             <Figure label="steps" value={c.steps.toLocaleString("en-US")} testid="cost-steps" />
-            <Figure label="wall time" value={`${rangeText(c.wall_time_s_range, (v) => fmtHours(v))} h`} testid="cost-wall-range" />
-            <Figure label="GPU-hours" value={rangeText(c.gpu_hours_range, (v) => fmtNum(v, 0))} testid="cost-gpu-hours-range" />
+            <Figure label="wall time" value={fmtRange(c.wall_time_s_range, fmtSeconds)} testid="cost-wall-range" />
+            <Figure label="GPU-hours" value={fmtRange(c.gpu_hours_range, fmtCount)} testid="cost-gpu-hours-range" />
             <Figure label="GPUs" value={String(c.gpus)} testid="cost-gpus" />
           </div>
           <div className="muted small">Training steps only: loading the model, checkpoint saves and evaluations come on top.</div>
@@ -136,8 +138,6 @@ export function CostCard({ est, budget, setBudget }: { est: Estimate | null; bud
     </div>
   );
 }
-
-const fmtHours = (s: number) => (s / 3600 >= 10 ? (s / 3600).toFixed(0) : (s / 3600).toPrecision(2));
 
 /** Warnings not already shown beside a form field (`placed` tells which are). */
 export function Warnings({ est, placed }: { est: Estimate; placed: (field: string) => boolean }) {

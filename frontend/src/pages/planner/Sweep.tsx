@@ -1,7 +1,7 @@
 import { useMemo } from "react";
 import { Chart, PALETTE, type Line } from "../../components/Chart";
 import type { Sweep } from "../../lib/api";
-import { fmtNum, fmtSeq } from "../../lib/format";
+import { fmtCount, fmtNum, fmtSeq } from "../../lib/format";
 import { INK } from "../../lib/theme";
 
 /** Device memory vs seq_len for each sp_size, with the GPU capacity line, and the max context table. */
@@ -27,7 +27,8 @@ export function SweepView({ sweep, currentSp, onPick }: {
         lines={lines}
         logX
         xLabel="seq_len"
-        yLabel="GiB"
+        yLabel="device total"
+        yUnit="GiB"
         xFormat={(v) => fmtSeq(Math.round(v))}
         points={points}
         height={260}
@@ -49,7 +50,7 @@ export function SweepView({ sweep, currentSp, onPick }: {
                   <td>{s.gpus ?? "–"}</td>
                   <td data-seq={s.max_seq_len ?? 0} data-safe-seq={s.safe_max_seq_len ?? 0}>
                     {s.valid === false ? <span className="muted">{s.errors?.map((e) => e.message).join("; ") ?? "invalid"}</span>
-                      : s.max_seq_len ? `${s.safe_max_seq_len ? fmtSeq(s.safe_max_seq_len) : "none"} / ${fmtSeq(s.max_seq_len)} (${s.max_seq_len.toLocaleString()})` : "does not fit"}
+                      : s.max_seq_len ? `${s.safe_max_seq_len ? fmtSeq(s.safe_max_seq_len) : "none"} / ${fmtSeq(s.max_seq_len)} (${fmtCount(s.max_seq_len)})` : "does not fit"}
                   </td>
                   <td>{at >= 0 ? fmtNum(s.tokens_per_s[at]) : "–"}</td>
                 </tr>

@@ -1,6 +1,6 @@
 import type { CustomGpu, Plan, PlanDefaults, RunSection } from "../../lib/api";
 import tinyLlama from "../../../../examples/tiny-llama-sp2.json";
-import { fmtSeq, parseSeq } from "../../lib/format";
+import { fmtSeq, parseSeq, parseWhole } from "../../lib/format";
 
 type Training = NonNullable<Plan["training"]>;
 
@@ -50,22 +50,17 @@ const CUSTOM_GPU_TEMPLATE: Record<string, string> = {
   nvlink_gb_per_s_per_direction: "450", typical_internode_gb_per_s: "50",
 };
 
-function int(s: string): number {
-  const v = Number(s.trim());
-  return Number.isFinite(v) ? Math.trunc(v) : NaN;
-}
-
 export const CUSTOM_GPU = "__custom__";
 export const GPU_COLUMNS = ["memory_gib", "hbm_tb_per_s", "bf16_dense_tflops", "nvlink_gb_per_s_per_direction",
   "typical_internode_gb_per_s"] as const;
 
 export function worldSize(f: PlanForm): number {
-  return int(f.gpus_per_node) * (int(f.num_nodes) || 1);
+  return parseWhole(f.gpus_per_node) * (parseWhole(f.num_nodes) || 1);
 }
 
 export function effectiveDp(f: PlanForm): number {
-  if (!f.autoDp) return int(f.dp_size);
-  const sp = int(f.sp_size);
+  if (!f.autoDp) return parseWhole(f.dp_size);
+  const sp = parseWhole(f.sp_size);
   const w = worldSize(f);
   return sp > 0 && w % sp === 0 ? Math.max(1, w / sp) : 1;
 }
@@ -98,7 +93,7 @@ export function buildPlan(f: PlanForm): Built {
   ];
   if (!f.autoDp) numbers.push(["dp_size", "parallel.dp_size"]);
   for (const [k, field] of numbers) {
-    if (!/^\s*\d+\s*$/.test(String(f[k]))) localErrors.push({ field, message: "must be a whole number" });
+    if (!Number.isFinite(parseWhole(String(f[k])))) localErrors.push({ field, message: "must be a whole number" });
   }
   if (localErrors.length) return { plan: null, localErrors };
   let gpu: Plan["hardware"]["gpu"] = f.gpu;
@@ -115,17 +110,17 @@ export function buildPlan(f: PlanForm): Built {
     model,
     hardware: {
       gpu,
-      gpus_per_node: int(f.gpus_per_node),
-      num_nodes: int(f.num_nodes),
+      gpus_per_node: parseWhole(f.gpus_per_node),
+      num_nodes: parseWhole(f.num_nodes),
       ...(Number.isFinite(cpu) && cpu > 0 ? { cpu_memory_gib_per_node: cpu } : {}),
     },
-    parallel: { sp_size: int(f.sp_size), dp_size: effectiveDp(f) },
+    parallel: { sp_size: parseWhole(f.sp_size), dp_size: effectiveDp(f) },
     training: {
       seq_len: seq,
-      micro_batch_size: int(f.micro_batch_size),
-      grad_accum: int(f.grad_accum),
+      micro_batch_size: parseWhole(f.micro_batch_size),
+      grad_accum: parseWhole(f.grad_accum),
       dtype: f.dtype as Training["dtype"],
-      zero_stage: int(f.zero_stage),
+      zero_stage: parseWhole(f.zero_stage),
       offload_optimizer: f.offload_optimizer,
       offload_params: f.offload_params,
       activation_checkpointing: f.activation_checkpointing,

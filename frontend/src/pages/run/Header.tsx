@@ -1,10 +1,10 @@
 import { useEffect, useState } from "react";
 import { RunActions, StateBadge } from "../../components/RunActions";
 import { gpuName, type Run } from "../../lib/api";
-import { fmtDuration, fmtGiB, fmtNum, fmtSeconds, fmtSeq, fmtTime } from "../../lib/format";
+import { fmtDuration, fmtGiB, fmtGiBRange, fmtNum, fmtRange, fmtSeconds, fmtSeq, fmtTime } from "../../lib/format";
 import { navigate } from "../../lib/route";
 import { isTerminal } from "../../lib/states";
-import { rangeText, verdictBadge, verdictWords } from "../../lib/verdict";
+import { verdictBadge } from "../../lib/verdict";
 import { LOAD_KEY } from "../planner/form";
 import type { Store } from "./useRunData";
 
@@ -39,7 +39,9 @@ function modelName(run: Run): string {
   return c ? `custom (${c.num_hidden_layers ?? "?"}L, h${c.hidden_size ?? "?"})` : "–";
 }
 
-export function Header({ run, live, lastPointAt, onChange, store }: { run: Run; live: string; lastPointAt: number | null; onChange: (r: Run) => void; store: Store }) {
+export function Header({ run, live, lastPointAt, onChange, store, viewOnly = false }: {
+  run: Run; live: string; lastPointAt: number | null; onChange: (r: Run) => void; store: Store; viewOnly?: boolean;
+}) {
   const [now, setNow] = useState(() => Date.now());  // "last point Ns ago" counts on every second
   useEffect(() => {
     const t = window.setInterval(() => setNow(Date.now()), 1000);
@@ -69,7 +71,7 @@ export function Header({ run, live, lastPointAt, onChange, store }: { run: Run; 
             onClick={() => { sessionStorage.setItem(LOAD_KEY, JSON.stringify(run.spec)); navigate("/planner"); }}>
             Open in planner
           </button>
-          <RunActions run={run} onChange={onChange} />
+          {viewOnly ? null : <RunActions run={run} onChange={onChange} />}
         </span>
       </div>
       <div className="kv">
@@ -84,13 +86,13 @@ export function Header({ run, live, lastPointAt, onChange, store }: { run: Run; 
         {run.state === "running" && steps ? <EtaText run={run} store={store} steps={steps} /> : null}
         {run.device === "cpu" ? null : (<>
           <span data-testid="run-predicted">predicted peak <b>{fmtGiB(mem?.peak_allocated_gib)}</b>
-            {mem?.peak_allocated_gib_range ? <span className="muted"> ({rangeText(mem.peak_allocated_gib_range, (v) => v.toFixed(1))} GiB)</span> : null}
-            {mem && (mem.verdict === "does_not_fit" || !mem.cpu_fits) ? <span className="badge bad" data-testid="run-does-not-fit"> does not fit</span> : null}
+            {mem?.peak_allocated_gib_range ? <span className="muted"> ({fmtGiBRange(mem.peak_allocated_gib_range)})</span> : null}
+            {mem?.verdict_label === "does not fit" ? <span className="badge bad" data-testid="run-does-not-fit"> does not fit</span> : null}
           </span>
           {mem?.verdict ? <span data-testid="run-verdict" data-verdict={mem.verdict}>
-            <span className={`badge ${verdictBadge(mem).cls}`}>{verdictWords(mem)}</span></span> : null}
+            <span className={`badge ${verdictBadge(mem).cls}`}>{mem.verdict_text}</span></span> : null}
           <span>predicted tokens/s <b>{fmtNum(run.estimate?.throughput?.tokens_per_s)}</b>
-            {run.estimate?.throughput?.tokens_per_s_range ? <span className="muted" data-testid="run-tps-range"> ({rangeText(run.estimate.throughput.tokens_per_s_range, (v) => fmtNum(v))})</span> : null}</span>
+            {run.estimate?.throughput?.tokens_per_s_range ? <span className="muted" data-testid="run-tps-range"> ({fmtRange(run.estimate.throughput.tokens_per_s_range, (v) => fmtNum(v))})</span> : null}</span>
         </>)}
       </div>
       <div className="kv muted">

@@ -1,20 +1,21 @@
 import { useEffect, useMemo, useState } from "react";
-import { Chart, PALETTE, type Line } from "../../components/Chart";
+import { PALETTE, type Line } from "../../components/Chart";
 import { ShareLink } from "../../components/ShareLink";
 import { StepBreakdown } from "../../components/StepBreakdown";
-import { readPlannerLines, readSmoothing, savePlannerLines, saveSmoothing, saveZoom } from "../../lib/chartState";
+import { readLogY, readPlannerLines, readSmoothing, readXKind, saveLogY, savePlannerLines, saveSmoothing, saveXKind, saveZoom, type XKind } from "../../lib/chartState";
 import { INK } from "../../lib/theme";
 import type { Run } from "../../lib/api";
-import { ema, fmtNum } from "../../lib/format";
+import { ema, fmtGiB, fmtNum, fmtSeconds } from "../../lib/format";
 import { EvalCharts } from "./EvalCharts";
 import { aligned, rankLabels, single } from "./series";
+import { OverlayChart, useView, ViewChart, type View } from "./ViewChart";
 import type { Store, Zoom } from "./useRunData";
 
 const SMOOTHING = 0.6;  // the loss EMA factor a page opens with (a shared link may give another)
 type Props = { run: Run; store: Store; zoom: Zoom; setZoom: (z: Zoom) => void };
 
-function MetricChart({ store, name, title, testid, predicted, onZoom, onZoomReset, scale = 1, showPlanner = true }: {
-  store: Store; name: string; title: string; testid: string;
+function MetricChart({ view, store, name, title, testid, predicted, onZoom, onZoomReset, scale = 1, showPlanner = true, format = (v) => fmtNum(v, 2) }: {
+  view: View; store: Store; name: string; title: string; testid: string; format?: (v: number) => string;
   predicted?: number | null; onZoom: (a: number, b: number) => void; onZoomReset: () => void; scale?: number; showPlanner?: boolean;
 }) {
   const { x, lines, offScale } = useMemo(() => {
@@ -30,18 +31,18 @@ function MetricChart({ store, name, title, testid, predicted, onZoom, onZoomRese
     return { x: s.x, lines, offScale };
   }, [store, name, predicted, scale, showPlanner]);
   const how = offScale ? ", over 10x off the measurement: not drawn" : showPlanner ? ", dashed" : "";
-  const full = predicted != null ? `${title} (planner: ${fmtNum(predicted, 2)}${how})` : title;
+  const full = predicted != null ? `${title} (planner: ${format(predicted)}${how})` : title;
   // Steps have arrived but none carries this metric: the trainer does not report it (MFU is null on CPU ranks,
   // which have no peak TFLOPS to divide by), so waiting will not help.
   const reportsSteps = x.length === 0 && single(store, "loss").x.length > 0;
   const emptyText = !reportsSteps ? "no data yet"
     : name === "mfu" ? "not reported: MFU needs a GPU's peak TFLOPS (null on CPU ranks)" : "not reported by this run";
-  return <Chart testid={testid} title={full} x={x} lines={lines} onZoom={onZoom} onZoomReset={onZoomReset} height={180} emptyText={emptyText} />;
+  return <ViewChart view={view} testid={testid} title={full} x={x} lines={lines} onZoom={onZoom} onZoomReset={onZoomReset} height={180} emptyText={emptyText} />;
 }
 
 /** One line per rank of a metric every rank reports (the system figures). */
-function RankChart({ store, name, title, testid, onZoom, onZoomReset, noData }: {
-  store: Store; name: string; title: string; testid: string; onZoom: (a: number, b: number) => void;
+function RankChart({ view, store, name, title, testid, onZoom, onZoomReset, noData }: {
+  view: View; store: Store; name: string; title: string; testid: string; onZoom: (a: number, b: number) => void;
   onZoomReset: () => void; noData?: string;
 }) {
   const { x, lines, n } = useMemo(() => {
@@ -53,7 +54,8 @@ function RankChart({ store, name, title, testid, onZoom, onZoomReset, noData }: 
     return { x: a.x, lines, n: a.values.reduce((k, v) => k + v.filter((p) => p !== null).length, 0) };
   }, [store, name]);
   const reportsSteps = x.length === 0 && single(store, "loss").x.length > 0;
-  return <Chart testid={testid} title={title} x={x} lines={lines} points={n} onZoom={onZoom} onZoomReset={onZoomReset} height={160}
+  return <ViewChart view={view} testid={testid} title={title} x={x} lines={lines} points={n} onZoom={onZoom} onZoomReset={onZoomReset} height={160}
+    yUnit={name.endsWith("_gib") ? "GiB" : undefined}
     emptyText={noData ?? (reportsSteps ? "not reported by this run" : "no data yet")} />;
 }
 
@@ -66,17 +68,17 @@ const GPU_CHARTS: [string, string, string][] = [
 
 /** Host and GPU figures per rank (worker/trainer/system.py). A run on CPU ranks has no GPU to read: its GPU
  * charts say so instead of waiting for data. */
-function SystemCharts({ run, store, onZoom, onZoomReset }: { run: Run; store: Store; onZoom: (a: number, b: number) => void; onZoomReset: () => void }) {
+function SystemCharts({ view, run, store, onZoom, onZoomReset }: { view: View; run: Run; store: Store; onZoom: (a: number, b: number) => void; onZoomReset: () => void }) {
   const noGpu = run.device === "cpu" ? "no GPU: this run ran on CPU ranks" : undefined;
   return (
     <details className="card" open data-testid="system-charts" data-no-gpu={noGpu ? "true" : "false"}>
       <summary>System (per rank)</summary>
       <div className="chart-grid">
-        <RankChart store={store} name="cpu_percent" title="CPU of the rank's process (% of one core)" testid="cpu-chart" onZoom={onZoom} onZoomReset={onZoomReset} />
-        <RankChart store={store} name="rss_gib" title="resident memory of the rank (GiB)" testid="rss-chart" onZoom={onZoom} onZoomReset={onZoomReset} />
-        <RankChart store={store} name="host_cpu_percent" title="host CPU (% of all cores)" testid="host-cpu-chart" onZoom={onZoom} onZoomReset={onZoomReset} />
+        <RankChart view={view} store={store} name="cpu_percent" title="CPU of the rank's process (% of one core)" testid="cpu-chart" onZoom={onZoom} onZoomReset={onZoomReset} />
+        <RankChart view={view} store={store} name="rss_gib" title="resident memory of the rank (GiB)" testid="rss-chart" onZoom={onZoom} onZoomReset={onZoomReset} />
+        <RankChart view={view} store={store} name="host_cpu_percent" title="host CPU (% of all cores)" testid="host-cpu-chart" onZoom={onZoom} onZoomReset={onZoomReset} />
         {GPU_CHARTS.map(([name, title, testid]) => (
-          <RankChart key={name} store={store} name={name} title={title} testid={testid} onZoom={onZoom} onZoomReset={onZoomReset} noData={noGpu} />
+          <RankChart view={view} key={name} store={store} name={name} title={title} testid={testid} onZoom={onZoom} onZoomReset={onZoomReset} noData={noGpu} />
         ))}
       </div>
     </details>
@@ -86,7 +88,12 @@ function SystemCharts({ run, store, onZoom, onZoomReset }: { run: Run; store: St
 export function RunCharts({ run, store, zoom, setZoom }: Props) {
   const [smooth, setSmooth] = useState(() => readSmoothing() ?? SMOOTHING);
   const [showPlanner, setShowPlanner] = useState(readPlannerLines);
-  useEffect(() => { saveZoom(zoom); saveSmoothing(smooth, SMOOTHING); savePlannerLines(showPlanner); }, [zoom, smooth, showPlanner]);
+  const [xKind, setXKind] = useState<XKind>(readXKind);
+  const [logY, setLogY] = useState(readLogY);
+  useEffect(() => {
+    saveZoom(zoom); saveSmoothing(smooth, SMOOTHING); savePlannerLines(showPlanner); saveXKind(xKind); saveLogY(logY);
+  }, [zoom, smooth, showPlanner, xKind, logY]);
+  const view = useView(run, xKind, logY);
   const onZoom = (a: number, b: number) => setZoom({ start: Math.max(0, Math.floor(a)), end: Math.ceil(b) });
   const onZoomReset = () => setZoom(null);
   // The planner predicts the plan's GPU; a run on CPU ranks is not comparable to it, so no planner figure is drawn.
@@ -152,28 +159,38 @@ export function RunCharts({ run, store, zoom, setZoom }: Props) {
             <button type="button" data-testid="zoom-reset" onClick={() => setZoom(null)}>reset zoom</button>
           </span>
         ) : <span className="muted">drag on a chart to zoom (or focus it: + / - / arrows / 0)</span>}
+        <label className="smooth">x
+          <select data-testid="x-axis" value={xKind} onChange={(e) => setXKind(e.target.value as XKind)}>
+            <option value="step">step</option><option value="time">wall time</option><option value="tokens">tokens</option>
+          </select>
+        </label>
+        <label className="smooth">
+          <input type="checkbox" checked={logY} data-testid="log-y" onChange={(e) => setLogY(e.target.checked)} />
+          log y
+        </label>
         <ShareLink />
       </div>
+      <OverlayChart store={store} view={view} />
       <StepBreakdown run={run} store={store} onZoom={onZoom} onZoomReset={onZoomReset} />
       <div className="chart-grid">
-        <Chart testid="loss-chart" title="loss" x={loss.x} lines={loss.lines} points={loss.n} bands={loss.bands} onZoom={onZoom} onZoomReset={onZoomReset} height={240} />
+        <ViewChart view={view} testid="loss-chart" title="loss" x={loss.x} lines={loss.lines} points={loss.n} bands={loss.bands} onZoom={onZoom} onZoomReset={onZoomReset} height={240} />
         <div data-testid="memory-chart-wrap" data-predicted-gib={predictedPeak ?? ""} data-measured-gib={memory.measured ?? ""} data-equal-ranks={memory.equalRanks}>
-          <Chart testid="memory-chart" title={`peak allocated memory per rank (GiB)${memory.measured != null ? `: max ${fmtNum(memory.measured, 3)}` : ""}${predictedPeak != null ? `, planner ${fmtNum(predictedPeak, 3)}${showPlanner ? " dashed" : ""}` : ""}`}
-            x={memory.x} lines={memory.lines} points={memory.n} onZoom={onZoom} onZoomReset={onZoomReset} height={240} />
+          <ViewChart view={view} logY={false} testid="memory-chart" title={`peak allocated memory per rank${memory.measured != null ? `: max ${fmtGiB(memory.measured)}` : ""}${predictedPeak != null ? `, planner ${fmtGiB(predictedPeak)}${showPlanner ? " dashed" : ""}` : ""}`}
+            yUnit="GiB" x={memory.x} lines={memory.lines} points={memory.n} onZoom={onZoom} onZoomReset={onZoomReset} height={240} />
         </div>
-        <MetricChart store={store} name="lr" title="learning rate" testid="lr-chart" onZoom={onZoom} onZoomReset={onZoomReset} showPlanner={showPlanner} />
-        <MetricChart store={store} name="grad_norm" title="grad norm" testid="grad-norm-chart" onZoom={onZoom} onZoomReset={onZoomReset} showPlanner={showPlanner} />
-        <MetricChart store={store} name="tokens_per_s" title="tokens/s (job)" testid="tokens-chart"
+        <MetricChart view={view} store={store} name="lr" title="learning rate" testid="lr-chart" onZoom={onZoom} onZoomReset={onZoomReset} showPlanner={showPlanner} />
+        <MetricChart view={view} store={store} name="grad_norm" title="grad norm" testid="grad-norm-chart" onZoom={onZoom} onZoomReset={onZoomReset} showPlanner={showPlanner} />
+        <MetricChart view={view} store={store} name="tokens_per_s" title="tokens/s (job)" testid="tokens-chart"
           predicted={thr?.tokens_per_s} onZoom={onZoom} onZoomReset={onZoomReset} showPlanner={showPlanner} />
-        <MetricChart store={store} name="tflops_per_gpu" title="TFLOPS per GPU" testid="tflops-chart"
+        <MetricChart view={view} store={store} name="tflops_per_gpu" title="TFLOPS per GPU" testid="tflops-chart"
           predicted={thr?.tflops_per_gpu} onZoom={onZoom} onZoomReset={onZoomReset} showPlanner={showPlanner} />
-        <MetricChart store={store} name="mfu" title="MFU (%)" testid="mfu-chart"
+        <MetricChart view={view} store={store} name="mfu" title="MFU (%)" testid="mfu-chart"
           predicted={thr ? thr.mfu * 100 : null} scale={100} onZoom={onZoom} onZoomReset={onZoomReset} showPlanner={showPlanner} />
-        <MetricChart store={store} name="step_time_s" title="step time (s)" testid="step-time-chart"
+        <MetricChart view={view} store={store} name="step_time_s" title="step time (s)" testid="step-time-chart" format={fmtSeconds}
           predicted={thr?.step_time_s} onZoom={onZoom} onZoomReset={onZoomReset} showPlanner={showPlanner} />
       </div>
       <EvalCharts store={store} />
-      <SystemCharts run={run} store={store} onZoom={onZoom} onZoomReset={onZoomReset} />
+      <SystemCharts view={view} run={run} store={store} onZoom={onZoom} onZoomReset={onZoomReset} />
     </div>
   );
 }

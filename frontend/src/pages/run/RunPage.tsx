@@ -1,3 +1,5 @@
+import { useState } from "react";
+import { readViewOnly } from "../../lib/chartState";
 import { Checkpoints } from "./Checkpoints";
 import { Attempts, ErrorPanel, MetricsExport } from "./Failure";
 import { Header } from "./Header";
@@ -12,16 +14,19 @@ import { useRunData } from "./useRunData";
  * useRunData: its query, kept current by the stream). */
 export function RunPage({ id }: { id: number }) {
   const { run, setRun, error, historyError, store, live, zoom, setZoom, lastPointAt } = useRunData(id);
+  const [viewOnly] = useState(readViewOnly);  // a view-only link: the run and its charts, no button that changes it
   if (error && !run) return <div className="card error" data-testid="run-load-error">Run {id}: {error}</div>;
   if (!run) return <div className="muted">loading run {id}…</div>;
   return (
     <div className="run-page" data-testid="run-page" data-run-id={run.id}>
-      <Header run={run} live={live} lastPointAt={lastPointAt} onChange={setRun} store={store} />
-      <Labels key={run.id} run={run} onChange={setRun} />
+      {viewOnly ? <div className="card muted" data-testid="view-only">A view-only link: this page shows the run and its
+        charts as they were shared; <a href={`#/runs/${run.id}`}>open the full page</a> to act on the run.</div> : null}
+      <Header run={run} live={live} lastPointAt={lastPointAt} onChange={setRun} store={store} viewOnly={viewOnly} />
+      {viewOnly ? null : <Labels key={run.id} run={run} onChange={setRun} />}
       <Timeline run={run} />
-      <Checkpoints run={run} onChange={setRun} />
+      {viewOnly ? null : <Checkpoints run={run} onChange={setRun} />}
       <ErrorPanel run={run} />
-      {run.state === "oom" ? <RunFix run={run} /> : null}
+      {run.state === "oom" && !viewOnly ? <RunFix run={run} /> : null}
       <Attempts run={run} />
       <MetricsExport run={run} />
       {historyError ? <div className="card field-error" data-testid="metrics-error">Metrics: {historyError}</div> : null}
