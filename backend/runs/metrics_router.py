@@ -15,6 +15,7 @@ from backend.auth.deps import Ingester, Reader
 from backend.auth.roles import Role
 from backend.core.db import get_sessionmaker
 from backend.core.instruments import POINTS_INGESTED, SSE_CLIENTS
+from backend.core.settings import get_settings
 from backend.metrics import chart, service
 from backend.metrics.models import MetricPoint
 from backend.metrics.schemas import Accepted, MetricQueryOut, PointsIn
@@ -88,13 +89,18 @@ def metric_names(run_id: RowId, session: SessionDep, _: Reader) -> list[str]:
     return service.names(session, run_id)
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_model=MetricQueryOut)
 def query(run_id: RowId, session: SessionDep, _: Reader, name: str = Query(..., min_length=1, max_length=64),
           start: int | None = Query(None, ge=0, le=2**31 - 1), end: int | None = Query(None, ge=0, le=2**31 - 1),
-          points: int = Query(1000, ge=1, le=10_000)) -> MetricQueryOut:
-    """At most `points` buckets per rank over the step range, each with min, max and last."""
-    require_run(session, run_id)
-    return chart.query(session, run_id, name, start, end, points)
+          points: int = Query(1000, ge=1, le=10_000)) -> Response:
+    """At most `points` buckets per rank over the step range, each with min, max and last; the chart of a live run
+    may be up to ULAB_CHART_CACHE_S behind its ingest (backend/metrics/chart.py)."""
+    def compute() -> bytes:  # an answer served again needs no query: its run was there when it was computed
+        require_run(session, run_id)
+        return chart.query(session, run_id, name, start, end, points).model_dump_json().encode()
+
+    answer = chart.ANSWERS.get((run_id, name, start, end, points), get_settings().chart_cache_s, compute)
+    return Response(answer, media_type="application/json")
 
 
 def _snapshot(run_id: int, cursor: int | None) -> tuple[dict, int, list[dict]]:
