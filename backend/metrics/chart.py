@@ -145,6 +145,11 @@ class AnswerCache:
             with self._lock:  # an asker still holding it computes once more at worst
                 self._computing.pop(key, None)
 
+    def fresh(self, key: tuple) -> bytes | None:
+        """The key's answer while it is fresh, else None; never waits for a computation."""
+        fresh, kept = self._lookup(key)
+        return kept if fresh else None
+
     def forget(self, group: object) -> None:
         with self._lock:
             self._generation[group] = self._generation.get(group, 0) + 1
