@@ -97,14 +97,16 @@ def query(session: Session, run_id: int, name: str, start: int | None, stop: int
                 params.update(edge_tier=edge, e0=e0, e1=e1, e0_full=lo_full // edge, e1_full=hi_full // edge,
                               lo_raw=e0 * edge, hi_raw=e1 * edge)
                 sql = _QUERY.format(rollups=_ROLLUPS + _EDGE_ROLLUPS)
-    series: dict[int, SeriesOut] = {}
-    for rank, step, vmin, vmax, last in session.execute(text(sql), params):
-        s = series.setdefault(rank, SeriesOut(rank=rank, step=[], min=[], max=[], last=[]))
-        s.step.append(step)
-        s.min.append(vmin)
-        s.max.append(vmax)
-        s.last.append(last)
-    return MetricQueryOut(name=name, series=list(series.values()))
+    series: dict[int, tuple[list, list, list, list]] = {}
+    for rank, step, vmin, vmax, last in session.execute(text(sql), params).all():
+        if (columns := series.get(rank)) is None:
+            columns = series[rank] = ([], [], [], [])
+        columns[0].append(step)
+        columns[1].append(vmin)
+        columns[2].append(vmax)
+        columns[3].append(last)
+    return MetricQueryOut(name=name, series=[SeriesOut(rank=rank, step=st, min=lo, max=hi, last=la)
+                                             for rank, (st, lo, hi, la) in series.items()])
 
 
 class AnswerCache:
