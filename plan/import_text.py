@@ -4,7 +4,9 @@ arguments, typed as the launchers and HfArgumentParser type them. Pure: no file,
 from __future__ import annotations
 
 import json
+import re
 import shlex
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,19 +28,87 @@ class InputError(ValueError):
         return error(self.field, self.message)
 
 
+# How deep a pasted file may nest: a DeepSpeed config nests 3 levels (zero_optimization.offload_optimizer.device),
+# an Accelerate config 2 (deepspeed_config.zero_stage), TrainingArguments 2; deeper is no setup (and past about 1,000
+# levels the parsers run out of stack).
+MAX_DEPTH = 64
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')  # a string (skipped whole) or a bracket
+
+
+def too_many_digits(digits: str) -> str | None:
+    """Why an integer literal cannot be read (Python's limit on converting digits to int), or None."""
+    limit = sys.get_int_max_str_digits()
+    count = len(digits.lstrip("+-"))
+    return f"an integer of {count:,} digits, more than {limit:,}" if limit and count > limit else None
+
+
+def _json_too_deep(text: str) -> int | None:
+    """The line where the JSON text nests past MAX_DEPTH, or None; strings are skipped, so brackets in them do not
+    count."""
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return None
+    depth = 0
+    for m in _JSON_TOKEN.finditer(text):
+        token = m.group()
+        if token in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return text.count("\n", 0, m.start()) + 1
+        elif token in "]}":
+            depth -= 1
+    return None
+
+
+def _json_int(digits: str) -> int:
+    if (problem := too_many_digits(digits)) is not None:
+        raise ValueError(problem)
+    return int(digits)
+
+
 def parse_json(text: str, name: str) -> dict:
+    if (line := _json_too_deep(text)) is not None:
+        raise InputError(name, line, f"nested deeper than {MAX_DEPTH} levels")
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_int=_json_int)
     except json.JSONDecodeError as e:
         raise InputError(name, e.lineno, f"not valid JSON: {e.msg} (column {e.colno})") from None
+    except ValueError as e:  # an integer past the digit limit
+        raise InputError(name, None, str(e)) from None
     if not isinstance(data, dict):
         raise InputError(name, 1, "must be a JSON object")
     return data
 
 
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing nesting past MAX_DEPTH, anchors and aliases (which can make a small text an
+    exponentially large value), and integers past the digit limit, each at its line."""
+
+    depth = 0
+
+    def compose_node(self, parent, index):
+        mark = self.peek_event().start_mark
+        if self.check_event(yaml.AliasEvent) or getattr(self.peek_event(), "anchor", None):
+            raise yaml.composer.ComposerError(None, None, "anchors and aliases (&name, *name) are not read", mark)
+        self.depth += 1
+        try:
+            if self.depth > MAX_DEPTH:
+                raise yaml.composer.ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels", mark)
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+    def construct_yaml_int(self, node):
+        if (problem := too_many_digits(str(node.value).replace("_", ""))) is not None:
+            raise yaml.constructor.ConstructorError(None, None, problem, node.start_mark)
+        return super().construct_yaml_int(node)
+
+
+_BoundedLoader.add_constructor("tag:yaml.org,2002:int", _BoundedLoader.construct_yaml_int)
+
+
 def parse_yaml(text: str, name: str) -> dict:
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_BoundedLoader)  # a SafeLoader, bounded
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         problem = getattr(e, "problem", None) or str(e)

@@ -2,9 +2,13 @@
 
 The worker, not the ranks, forwards what the API stored: the metric points in the database, the plan (as params),
 the estimate and its range, the alerts (as tags) and the final state. Each tracker has its own cursor, the last step
-it took, kept in RUN_DIR/trackers.json: a round sends the steps after it, in order, each once; a tracker that is
-down raises, keeps its cursor and is tried again after a wait that doubles (up to 60 s), so what it missed goes
-when it is back. It runs in its own thread: a tracker never fails or slows the run.
+it took, kept in RUN_DIR/trackers.json: a round sends the steps after it, in order, each once. The cursor moves with
+every part of a round the tracker took (MLflow's batches of 1,000 metrics, W&B's round file once it is finished), so
+a tracker that goes down mid-round is sent only what it has not got; a tracker that is down raises, keeps its
+cursor and is tried again after a wait that doubles (up to 60 s), so what it missed goes when it is back. MLflow's
+points of a round carry one timestamp, kept with the cursor until the round is through: a batch sent again (a step
+larger than a batch, a reply lost on the way back) is the same (key, step, timestamp, value), which MLflow stores
+once. It runs in its own thread: a tracker never fails or slows the run.
 
 A step is sent once all of it is stored: while the run lives, only steps below the newest one (the ranks' points of
 the newest step may still be on their way); once the run has ended, every step.
@@ -78,8 +82,33 @@ def estimate_params(estimate: dict | None) -> dict[str, str]:
 class Sink(Protocol):
     name: str
 
-    def send(self, stored: Stored, first: bool) -> None:
-        """Send the steps (and, first, the params; at the end, the final state). Raises if the tracker is down."""
+    def send(self, stored: Stored, first: bool, delivered: Callable[[int], None]) -> None:
+        """Send the steps (and, first, the params; at the end, the final state), calling `delivered(step)` once the
+        tracker holds every step up to `step`. Raises if the tracker is down."""
+
+
+MLFLOW_BATCH = 1000  # metrics a log_batch call may carry (MLflow's MAX_METRICS_PER_BATCH, mlflow/utils/validation.py)
+
+
+def batches(steps: list[tuple[int, dict[str, float]]], size: int) -> Iterable[tuple[list[tuple[int, str, float]],
+                                                                                   int | None]]:
+    """The steps' (step, key, value) in batches of at most `size`, each with the last step it completes (None for
+    a part of a step larger than a batch, before its last part); a batch ends at a step's end where it can."""
+    batch: list[tuple[int, str, float]] = []
+    done: int | None = None
+    for step, values in steps:
+        items = [(step, key, value) for key, value in values.items()]
+        if batch and len(batch) + len(items) > size:
+            yield batch, done
+            batch, done = [], None
+        if len(items) > size:
+            for i in range(0, len(items), size):
+                yield items[i:i + size], step if i + size >= len(items) else None
+            continue
+        batch += items
+        done = step
+    if batch:
+        yield batch, done
 
 
 @dataclass
@@ -114,20 +143,24 @@ class MlflowSink:
                 exp_id, run_name=f"ulab-run-{self.cfg.run_id}", tags={"ulab.run_id": str(self.cfg.run_id)}).info.run_id
         return self.memo["run"]
 
-    def send(self, stored: Stored, first: bool) -> None:
+    def send(self, stored: Stored, first: bool, delivered: Callable[[int], None]) -> None:
         from mlflow.entities import Metric, Param, RunTag
 
         run = self._run()
-        now = int(time.time() * 1000)
+        # one timestamp for the round's points until all of them went: a batch sent again is then the same metrics
+        stamp = self.memo.setdefault("ms", int(time.time() * 1000))
         if first:
             params = [Param(k, v[:6000]) for k, v in {**flat("plan", stored.plan),
                                                      **estimate_params(stored.estimate)}.items()]
             for i in range(0, len(params), 100):  # MLflow takes 100 params a batch
                 self.client.log_batch(run, params=params[i:i + 100])
-        metrics = [Metric(k, v, now, step) for step, values in stored.steps for k, v in values.items()]
+        for batch, done in batches(stored.steps, MLFLOW_BATCH):
+            self.client.log_batch(run, metrics=[Metric(key, value, stamp, step) for step, key, value in batch])
+            if done is not None:
+                delivered(done)
+        self.memo.pop("ms", None)
         tags = [RunTag(f"ulab.alert.{k}", v) for k, v in stored.alerts.items()] + [RunTag("ulab.state", stored.state)]
-        for i in range(0, max(1, len(metrics)), 1000):  # 1000 metrics a batch
-            self.client.log_batch(run, metrics=metrics[i:i + 1000], tags=tags if i == 0 else [])
+        self.client.log_batch(run, tags=tags)
         if stored.ended:
             self.client.set_terminated(run, MLFLOW_STATUS.get(stored.state, "FAILED"))
 
@@ -143,7 +176,7 @@ class WandbSink:
         self.cfg, self.memo = cfg, state
         self.opened = 0
 
-    def send(self, stored: Stored, first: bool) -> None:
+    def send(self, stored: Stored, first: bool, delivered: Callable[[int], None]) -> None:
         import wandb
 
         self.cfg.wandb_dir.mkdir(parents=True, exist_ok=True)
@@ -156,15 +189,19 @@ class WandbSink:
                          config={**flat("plan", stored.plan), **estimate_params(stored.estimate)} if first else None,
                          settings=wandb.Settings(silent=True, console="off", x_disable_stats=True))
         self.opened = int(time.time())
+        logged: int | None = None  # the last step in the round's file: it holds them once the run is finished
         try:
             for step, values in stored.steps:
                 run.log(values, step=step)
+                logged = step
             run.summary.update({"ulab.state": stored.state, **{f"ulab.alert.{k}": v for k, v in stored.alerts.items()}})
             if stored.alerts:
                 run.tags = tuple(sorted(set(run.tags or ()) | {f"alert:{k}" for k in stored.alerts}))
         finally:
             run.finish(exit_code=0 if stored.state == "succeeded" or not stored.ended else 1)
             wandb.teardown()  # waits for W&B's core process to have written the round: only then is it sent
+            if logged is not None:
+                delivered(logged)
 
 
 class TensorBoardSink:
@@ -176,7 +213,8 @@ class TensorBoardSink:
     def __init__(self, cfg: TrackerConfig, state: dict):
         self.cfg, self.memo = cfg, state
 
-    def send(self, stored: Stored, first: bool) -> None:
+    def send(self, stored: Stored, first: bool, delivered: Callable[[int], None]) -> None:
+        """All of the round or none of it: its steps are delivered when the call returns."""
         from tensorboard.summary import Writer
 
         directory = self.cfg.tensorboard_dir
@@ -236,10 +274,15 @@ class Forwarder:
             if st["done"] or time.monotonic() < self._next.get(name, 0.0):
                 continue
             stored = self.read(st["step"])
+
+            def delivered(step: int, st: dict = st) -> None:  # the cursor of a part the tracker holds
+                st["step"] = step
+                self._save()
+
             try:
                 sink = self._sinks.get(name) or SINKS[name](self.cfg, st)
                 self._sinks[name] = sink
-                sink.send(stored, first=not st["params"])
+                sink.send(stored, first=not st["params"], delivered=delivered)
             except Exception as e:  # a tracker that is down is tried again, never fails the run
                 wait = min(MAX_RETRY_S, self._wait.get(name, self.retry_s / 2) * 2)
                 self._wait[name], self._next[name] = wait, time.monotonic() + wait

@@ -7,7 +7,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from sqlalchemy.exc import DataError
+from starlette.exceptions import HTTPException
 
+from backend.api.limits import BODY_KEY, json_body_problem
 from backend.core.errors import IllegalTransition, UserError
 from backend.core.text import UnstorableValue
 from plan.errors import FieldError, field_errors
@@ -37,6 +39,20 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(UserError)
     async def _user_error(_: Request, exc: UserError) -> JSONResponse:
         return JSONResponse({"detail": exc.detail}, status_code=exc.status)
+
+    @app.exception_handler(HTTPException)
+    async def _http(request: Request, exc: HTTPException) -> JSONResponse:
+        # the framework's own refusals, each naming what it refers to: a body the route could not parse (why, with
+        # its field, from the body itself), a path or a method with no route
+        field = {404: "path", 405: "method"}.get(exc.status_code, "request")
+        body = request.scope.get(BODY_KEY)
+        if exc.status_code == 400 and body is not None:
+            if (problem := json_body_problem(body)) is not None:
+                return JSONResponse({"detail": [{"field": problem.field, "message": problem.message}]},
+                                    status_code=422)
+            field = "body"
+        return JSONResponse({"detail": [{"field": field, "message": str(exc.detail)}]}, status_code=exc.status_code,
+                            headers=exc.headers)
 
     @app.exception_handler(IllegalTransition)
     async def _illegal(_: Request, exc: IllegalTransition) -> JSONResponse:

@@ -3,20 +3,25 @@ finite numbers and nesting depth (422 naming the field; backend/core/text.py). A
 responses (the SSE stream) pass through untouched."""
 from __future__ import annotations
 
-import json
 import re
+import sys
 
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from backend.core.settings import get_settings
-from backend.core.text import storable_json_error
+from backend.core.text import UnstorableValue, read_json, storable_json_error
 
 # Metric batches from workers may be larger than any other body.
 _INGEST_PATH = re.compile(r"^/api/runs/[^/]+/metrics/?$")
-# What the decoded value must be walked for: a surrogate escape, a non-finite literal or an exponent of 3+ digits.
-# Raw UTF-8 cannot hold a surrogate (the strict decode refuses it), so a body without these needs no walk for them.
-_SUSPECT = re.compile(rb"\\u[dD][89a-fA-F]|NaN|Infinity|[eE][+-]?[0-9]{3}")
+# What the decoded value must be walked for: a surrogate escape, a non-finite literal, an exponent of 3+ digits or a
+# run of digits past Python's int limit. Raw UTF-8 cannot hold a surrogate (the strict decode refuses it), so a body
+# without these needs no walk for them.
+_SUSPECT = re.compile(rb"\\u[dD][89a-fA-F]|NaN|Infinity|[eE][+-]?[0-9]{3}|[0-9]{%d}"
+                      % (sys.get_int_max_str_digits() + 1))
+# The body as read, kept in the request's scope for the answer to a body the route could not parse
+# (backend/api/errors.py): FastAPI says only "There was an error parsing the body".
+BODY_KEY = "ulab.body"
 
 
 def _error(status: int, field: str, message: str) -> JSONResponse:
@@ -58,8 +63,11 @@ class RequestLimits:
             await too_large(scope, receive, send)
             return
         # A metric batch is typed through and through (backend/metrics/schemas.py: its strings refuse lone
-        # surrogates, its numbers non-finite values, nesting past the parser's limit is the route's 400), and
-        # scanning a 5,000-point batch would cost the API 10-30 ms of Python: it gets the size limit only.
+        # surrogates, its numbers non-finite values; a body the route cannot parse is answered by
+        # json_body_problem), and scanning a 5,000-point batch would cost the API 10-30 ms of Python: it gets the
+        # size limit only.
+        if body and _is_json(scope):
+            scope[BODY_KEY] = body
         if body and not ingest and _is_json(scope):
             problem = self._check_json(body)
             if problem is not None:
@@ -95,18 +103,24 @@ class RequestLimits:
     @staticmethod
     def _check_json(body: bytes) -> JSONResponse | None:
         try:
-            text = body.decode("utf-8")
+            body.decode("utf-8")
         except UnicodeDecodeError as e:
             return _error(422, "body", f"the request body is not valid UTF-8 (byte {e.start})")
-        depth = get_settings().max_json_depth
-        deep = body.count(b"{") + body.count(b"[") > depth
+        deep = body.count(b"{") + body.count(b"[") > get_settings().max_json_depth
         if not deep and not _SUSPECT.search(body):
             return None  # nothing the walk could find: the route parses it as it would anyway
-        try:
-            value = json.loads(text)
-        except RecursionError:  # past about 1,000 levels
-            return _error(422, "body", f"the request body is nested deeper than {depth} levels")
-        except ValueError:
-            return None  # not JSON: the route's own parser answers with the position
-        error = storable_json_error(value, max_depth=depth)
+        error = json_body_problem(body)
         return None if error is None else _error(422, error.field, error.message)
+
+
+def json_body_problem(body: bytes) -> UnstorableValue | None:
+    """Why a JSON body cannot be read or stored (its field: nesting, an integer past the digit limit, a non-finite
+    number, a lone surrogate), or None (also for text that is not JSON: the route's parser names the position)."""
+    depth = get_settings().max_json_depth
+    try:
+        value = read_json(body)
+    except RecursionError:  # past about 1,000 levels
+        return UnstorableValue("body", f"the request body is nested deeper than {depth} levels")
+    except ValueError:
+        return None
+    return storable_json_error(value, max_depth=depth)

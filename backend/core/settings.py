@@ -75,6 +75,9 @@ class Settings(BaseSettings):
     tracker_retry_s: float = 2.0
     # Metrics may still be written this long after a run ended (the worker drains what its trainer wrote last).
     ingest_after_end_s: float = 60.0
+    # How long a chart answer is served again before it is computed anew (backend/metrics/chart.py): the chart of a
+    # live run may be this far behind its ingest (the live stream is not cached); 0: never cached.
+    chart_cache_s: float = 1.0
     # The address other nodes reach this worker at, for multi-node rendezvous. Empty: the IPv4 address of
     # `node_interface` if set, else the address this host routes to the broker from (worker/gang.py).
     node_address: str = ""

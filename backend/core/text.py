@@ -1,13 +1,17 @@
 """Constraints on text and JSON a user sends: free-text names, and every value stored as JSON or text.
 
 `storable_json_error` is the one check that a value can be stored and answered again: strict UTF-8 (no lone
-surrogate such as "\\ud800", which JSON may spell as an escape but no UTF-8 encoder can write), finite numbers and a
-bounded nesting depth. The API runs it on every request body (backend/api/limits.py) and the database session on
-every row it writes (backend/core/db.py), so a value that would break a later read never reaches a table."""
+surrogate such as "\\ud800", which JSON may spell as an escape but no UTF-8 encoder can write), finite numbers, a
+bounded nesting depth and integers within Python's digit limit (`read_json` marks a longer one). The API runs it on
+every request body (backend/api/limits.py) and the database session on every row it writes (backend/core/db.py),
+so a value that would break a later read never reaches a table."""
+import json
 import math
 import re
 
 from pydantic import AfterValidator
+
+from plan.import_text import too_many_digits
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -29,6 +33,24 @@ class UnstorableValue(ValueError):
     def __init__(self, field: str, message: str):
         super().__init__(f"{field}: {message}")
         self.field, self.message = field, message
+
+
+class LongInteger:
+    """An integer literal past Python's digit limit, as `read_json` reads it (int() would raise)."""
+
+    def __init__(self, problem: str):
+        self.problem = problem
+
+
+def _integer(digits: str) -> int | LongInteger:
+    problem = too_many_digits(digits)
+    return int(digits) if problem is None else LongInteger(problem)
+
+
+def read_json(text: str | bytes) -> object:
+    """json.loads, with an integer past the digit limit read as a LongInteger (so `storable_json_error` names its
+    field) instead of raising; RecursionError past about 1,000 levels, ValueError for text that is not JSON."""
+    return json.loads(text, parse_int=_integer)
 
 
 def _is_utf8(text: str) -> bool:
@@ -54,6 +76,8 @@ def storable_json_error(value: object, path: str = "", max_depth: int | None = N
         if isinstance(item, str):
             if not _is_utf8(item):
                 return UnstorableValue(where or "body", "is not valid UTF-8 text (a lone surrogate such as \\ud800)")
+        elif isinstance(item, LongInteger):
+            return UnstorableValue(where or "body", f"is {item.problem}")
         elif isinstance(item, float):
             if not math.isfinite(item):
                 return UnstorableValue(where or "body", f"must be a finite number, got {item}")

@@ -79,14 +79,20 @@ def check_run_spec(plan: Plan, settings: Settings) -> dict:
     if plan.run is None:
         raise UserError(422, "run", "missing: a run needs a run section")
     spec = plan.model_copy(update={"run": check_paths(plan.run, settings)}).effective()  # its paths rewritten
-    steps = plan.total_steps()  # the training stages' (a passkey test has none)
+    check_limits(plan, settings)
+    return spec
+
+
+def check_limits(plan: Plan, settings: Settings) -> None:
+    """The size bounds of anything that runs on the GPUs, a run or a probe (422 naming the field): its steps (the
+    training stages'; a passkey test or a probe has none), sequence length and GPU count."""
+    steps = plan.total_steps() if plan.run is not None else 0
     if steps > settings.max_steps:
         raise UserError(422, "run.steps", f"{steps} steps is above the limit of {settings.max_steps}")
-    seq_lens = [plan.training.seq_len] + [s.seq_len for s in plan.run.stages or []]
+    seq_lens = [plan.training.seq_len] + [s.seq_len for s in (plan.run.stages if plan.run else None) or []]
     if max(seq_lens) > settings.max_seq_len:
         raise UserError(422, "training.seq_len",
                         f"seq_len {max(seq_lens)} is above the limit of {settings.max_seq_len}")
     gpus = plan.hardware.gpus_per_node * plan.hardware.num_nodes
     if gpus > settings.max_gpus:
         raise UserError(422, "hardware.gpus_per_node", f"{gpus} GPUs is above the limit of {settings.max_gpus}")
-    return spec

@@ -11,15 +11,17 @@ from pathlib import Path
 
 from backend.core.errors import UserError
 from backend.core.settings import Settings
-from backend.inputs.model_source import local_candidate
+from backend.inputs.model_source import hub_id_problem, local_candidate
 from backend.inputs.paths import HUB_ID, resolve_allowed
 from plan.model import TOKENIZER_FILES, Plan
 
 
 def has_tokenizer(source: str) -> bool:
-    """Whether a directory, or a hub id in Transformers' cache, holds a tokenizer's files."""
+    """Whether a directory, or a hub id in Transformers' cache, holds a tokenizer's files (neither: False)."""
     if os.path.isdir(source):
         return any((Path(source) / name).is_file() for name in TOKENIZER_FILES)
+    if hub_id_problem(source):
+        return False
     from huggingface_hub import try_to_load_from_cache
 
     return any(isinstance(try_to_load_from_cache(source, name), str) for name in TOKENIZER_FILES)
@@ -39,6 +41,11 @@ def check_tokenizer(plan: Plan, settings: Settings) -> Plan:
         directory = local_candidate(given, settings)  # looked up as run.model_path is: here, then the models root
         if directory is not None or not HUB_ID.match(given):
             source = resolve_allowed(str(directory or given), "run.tokenizer", settings)
+            if not os.path.isdir(source):
+                raise UserError(422, "run.tokenizer", f"{given[:200]} is not a directory")
+        elif (problem := hub_id_problem(given)):
+            raise UserError(422, "run.tokenizer", f"{given[:200]} is neither a directory nor a Hugging Face id "
+                                                  f"(org/name): {problem}")
         if not has_tokenizer(source):
             raise UserError(422, "run.tokenizer", f"{given} holds no tokenizer (none of {', '.join(TOKENIZER_FILES)}"
                                                   "; a hub id must be downloaded)")

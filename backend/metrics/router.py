@@ -18,6 +18,7 @@ from backend.auth.roles import Permission, Role
 from backend.auth.service import Principal
 from backend.core.db import get_sessionmaker
 from backend.core.instruments import POINTS_INGESTED, SSE_CLIENTS
+from backend.core.settings import get_settings
 from backend.execution import attempt_tokens
 from backend.execution.router import attempt_principal
 from backend.metrics import chart, service
@@ -101,13 +102,22 @@ def metric_names(run_id: RowId, session: SessionDep, _: Reader) -> list[str]:
     return service.names(session, run_id)
 
 
-@router.get("/metrics")
-def query(run_id: RowId, session: SessionDep, _: Reader, name: str = Query(..., min_length=1, max_length=64),
-          start: int | None = Query(None, ge=0, le=2**31 - 1), end: int | None = Query(None, ge=0, le=2**31 - 1),
-          points: int = Query(1000, ge=1, le=10_000)) -> MetricQueryOut:
-    """At most `points` buckets per rank over the step range, each with min, max and last."""
-    require_run(session, run_id)
-    return chart.query(session, run_id, name, start, end, points)
+@router.get("/metrics", response_model=MetricQueryOut)
+async def query(run_id: RowId, _: Reader, name: str = Query(..., min_length=1, max_length=64),
+                start: int | None = Query(None, ge=0, le=2**31 - 1), end: int | None = Query(None, ge=0, le=2**31 - 1),
+                points: int = Query(1000, ge=1, le=10_000)) -> Response:
+    """At most `points` buckets per rank over the step range, each with min, max and last; the chart of a live run
+    may be up to ULAB_CHART_CACHE_S behind its ingest (backend/metrics/chart.py). A fresh answer is served on the
+    event loop, with no database session; the rest run in the thread pool."""
+    key = (run_id, name, start, end, points)
+    if (answer := chart.ANSWERS.fresh(key)) is None:
+        def compute() -> bytes:  # an answer served again needs no query: its run was there when it was computed
+            with get_sessionmaker()() as session:
+                require_run(session, run_id)
+                return chart.query(session, run_id, name, start, end, points).model_dump_json().encode()
+
+        answer = await run_in_threadpool(chart.ANSWERS.get, key, get_settings().chart_cache_s, compute)
+    return Response(answer, media_type="application/json")
 
 
 @router.get("/metrics/axes")

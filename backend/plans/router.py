@@ -123,9 +123,10 @@ def import_plan(body: PlanImport, _: Reader) -> PlanImported:
 
 
 @router.post("/plans", status_code=201)
-def create_plan(body: PlanCreate, session: SessionDep, _: Submitter) -> PlanOut:
+def create_plan(body: PlanCreate, session: SessionDep, user: Submitter) -> PlanOut:
     """Store a plan (every default filled in) with its estimate; a plan that breaks a rule is a 422."""
-    return service.to_out(service.create_plan(session, Plan.model_validate(body.plan_data()), body.name))
+    return service.to_out(service.create_plan(session, Plan.model_validate(body.plan_data()), body.name,
+                                              by=user.token_id))
 
 
 @router.get("/plans")

@@ -39,9 +39,9 @@ def export_zip(data: Plan) -> bytes:
     return buffer.getvalue()
 
 
-def create_plan(session: Session, plan: Plan, name: str = "") -> PlanRow:
+def create_plan(session: Session, plan: Plan, name: str = "", by: int | None = None) -> PlanRow:
     plan = valid_or_422(plan)
-    row = PlanRow(name=name, spec=plan.effective(), estimate=planner.estimate(plan))
+    row = PlanRow(name=name, spec=plan.effective(), estimate=planner.estimate(plan), created_by=by)
     session.add(row)
     session.commit()
     return row

@@ -3,8 +3,11 @@ own GPUs, through the normal queue and executor, as a run of kind "probe" (worke
 (plan/probe.py: measured per depth and rank, extrapolated to the model's depth, the planner's figures beside) is
 stored with the plan and filed in the calibration store as measured rows of its GPU type (CPU ranks: GPU "cpu").
 
-A probe is minutes of the plan's GPUs and carries no data or weights of the user's: it is queued without an
-approval. A plan whose queue no worker serves is refused at once (409), not queued to wait."""
+A probe is minutes of the plan's GPUs and carries no data or weights of the user's, but it passes the same gate as a
+run (backend/runs/gate.py): the plan's owner or an approver asks for it, within the size bounds; one whose estimate
+fits is queued at once, one whose estimate does not fit waits in `pending_approval` for an approver (approve
+anyway, under ULAB_MAX_FORCED_GIB_PER_GPU; a plan above that cap is refused at once). A plan whose queue no worker
+serves is refused at once (409), not queued to wait."""
 from __future__ import annotations
 
 import logging
@@ -12,14 +15,16 @@ import logging
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from backend.auth.roles import Permission
 from backend.auth.service import Principal
 from backend.core.errors import UserError
 from backend.core.queue import plan_gpu_name, queue_for, workers_on
 from backend.core.settings import get_settings
 from backend.executors.registry import executor_name
+from backend.inputs.paths import check_limits
 from backend.plans.schemas import ProbeRequest
 from backend.plans.service import get_plan, valid_or_422
-from backend.runs import transitions
+from backend.runs import gate, transitions
 from backend.runs.models import Run
 from backend.runs.service import enqueue
 from backend.runs.states import RunState
@@ -30,9 +35,13 @@ log = logging.getLogger(__name__)
 
 
 def submit_probe(session: Session, plan_id: int, body: ProbeRequest, by: Principal) -> Run:
-    """A probe run of the stored plan, queued (422 naming the field for a plan or depth that cannot be probed, 409
-    when no worker serves the plan's queue)."""
+    """A probe run of the stored plan, queued when its estimate fits, else pending an approver's approval (403 for
+    someone else's plan, 422 naming the field for a plan or depth that cannot be probed or a size bound, 409 above
+    the forced cap or when no worker serves the plan's queue)."""
     stored = get_plan(session, plan_id)
+    if not by.can(Permission.APPROVE) and not gate.owns(stored, by):
+        raise UserError(403, "authorization", f"plan {plan_id} is another user's: only its owner or an approver may "
+                                              "probe it")
     # the stored plan without its run section, before it is validated: a probe brings its own (worker/probe.py)
     plan = valid_or_422({k: v for k, v in stored.spec.items() if k != "run"})
     layers = _layers(plan)
@@ -41,6 +50,8 @@ def submit_probe(session: Session, plan_id: int, body: ProbeRequest, by: Princip
                                        f"(asked {sorted(body.depths)})")
     depths = sorted(set(body.depths or [d for d in DEPTHS if d <= layers]))
     settings = get_settings()
+    check_limits(plan, settings)
+    gate.check_forced_cap(stored.estimate)
     try:
         executor = executor_name(plan, settings)
     except ValueError as e:
@@ -59,6 +70,10 @@ def submit_probe(session: Session, plan_id: int, body: ProbeRequest, by: Princip
               steps=0)  # its depths' steps ship no metrics, so transitions.finish looks for none
     session.add(run)
     session.flush()  # the row's default state (pending_approval) is set; transitions moves it from there
+    if gate.does_not_fit(run.estimate):  # an approver's to approve anyway (POST /api/runs/{id}/approve?force=true)
+        session.commit()
+        return run
+    gate.check_queue(run, by)
     transitions.approve(run, by.token_id, forced=False)
     session.commit()
     enqueue(run)

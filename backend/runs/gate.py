@@ -1,9 +1,11 @@
-"""The one gate in front of `queued`: approve, approve anyway (force), retry and "resume from here" all pass
+"""The one gate in front of `queued`: approve, approve anyway (force), retry, "resume from here" and a probe all pass
 `check_queue` before transitions.approve / queue_retry move the run. Its rules:
-- approved at least once, by someone allowed to approve: a run never approved can only be approved (a cancelled
-  `pending_approval` run is not retried into the queue);
+- queued by someone allowed to: an approver, or the plan's owner for a probe whose estimate fits;
+- approved at least once: a run never approved can only be approved (a cancelled `pending_approval` run is not
+  retried into the queue);
+- within the size bounds (backend/runs/guard.check_limits: steps, sequence length, GPUs);
 - the estimate fits, or the run is forced (now, or at its approval) and still under ULAB_MAX_FORCED_GIB_PER_GPU;
-- its sources are there (the data, and a checkpoint that is the planned model);
+- its sources are there (the data, and a checkpoint that is the planned model; a probe has neither);
 - a running worker of its queue has its attention kernel and Liger, when any reports (backend/workers);
 - and every function of EXTRA_CHECKS (other checks hook in there: one line each).
 Each refusal is a UserError (409/422) naming the field."""
@@ -18,6 +20,8 @@ from backend.auth.service import Principal
 from backend.core.errors import UserError
 from backend.core.settings import get_settings
 from backend.inputs import model_source, tokenizer_source
+from backend.inputs.paths import check_limits
+from backend.plans.models import Plan as PlanRow
 from backend.runs.models import Run
 from backend.runs.states import RunState
 from backend.workers import service as workers
@@ -64,23 +68,42 @@ def check_sources(run: Run) -> None:
 def check_queue(run: Run, by: Principal, force: bool = False) -> bool:
     """Whether `by` may put `run` into `queued` now (approve: the run is pending_approval; retry: it ended). Raises
     UserError when not; answers whether the run goes as forced (its estimate does not fit)."""
-    if not by.can(Permission.APPROVE):
-        raise UserError(403, "authorization", "only an approver may queue a run")
+    reason = does_not_fit(run.estimate)
+    if not by.can(Permission.APPROVE) and not (run.kind == "probe" and not reason and owns(plan_row(run), by)):
+        raise UserError(403, "authorization", "only an approver may queue a run (and the plan's owner a probe whose "
+                                              "estimate fits)")
     approving = run.state == RunState.PENDING_APPROVAL.value
     if not approving and run.approved_at is None:
         raise UserError(409, "state", f"run {run.id} was never approved ({run.state}): it cannot be queued again; "
                                       "submit it anew and have it approved")
-    reason = does_not_fit(run.estimate)
+    check_limits(run.plan, get_settings())
     forced = force or (run.forced and not approving)
     if reason and not forced:
         raise UserError(409, "estimate.memory", f"{reason}. \"Approve anyway\" starts it regardless and "
                                                 "records on the run that it was approved against the estimate")
-    cap = get_settings().max_forced_gib_per_gpu
-    need = ((run.estimate or {}).get("memory") or {}).get("device_total_gib")
-    if reason and isinstance(need, int | float) and need > cap:
-        raise UserError(409, "estimate.memory", f"{reason}, above the {cap:g} GiB per GPU that even a forced run may "
-                                                "ask for (ULAB_MAX_FORCED_GIB_PER_GPU)")
-    check_sources(run)
+    check_forced_cap(run.estimate)
+    if run.kind != "probe":  # a probe trains random weights on random tokens (worker/probe.py)
+        check_sources(run)
     for check in EXTRA_CHECKS:
         check(run, by, bool(reason))
     return bool(reason)
+
+
+def check_forced_cap(estimate: dict | None) -> None:
+    """409 for an estimate that does not fit and asks more than even a forced run may (ULAB_MAX_FORCED_GIB_PER_GPU)."""
+    reason = does_not_fit(estimate)
+    cap = get_settings().max_forced_gib_per_gpu
+    need = ((estimate or {}).get("memory") or {}).get("device_total_gib")
+    if reason and isinstance(need, int | float) and need > cap:
+        raise UserError(409, "estimate.memory", f"{reason}, above the {cap:g} GiB per GPU that even a forced run may "
+                                                "ask for (ULAB_MAX_FORCED_GIB_PER_GPU)")
+
+
+def plan_row(run: Run) -> PlanRow | None:
+    session = object_session(run)
+    return session.get(PlanRow, run.plan_id) if session is not None and run.plan_id is not None else None
+
+
+def owns(plan: PlanRow | None, by: Principal) -> bool:
+    """Whether `by` stored the plan (a plan stored before owners were kept has none)."""
+    return plan is not None and by.token_id is not None and plan.created_by == by.token_id

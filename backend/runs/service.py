@@ -91,7 +91,7 @@ def _submitted_with(session: Session, by: Principal, key: str, body: RunCreate) 
     return run
 
 
-def plan_of(session: Session, body: RunCreate) -> PlanRow:
+def plan_of(session: Session, body: RunCreate, by: Principal) -> PlanRow:
     """The run's stored plan: `plan_id`'s, or `plan` given inline, added to the session so that it is stored with the
     run and only then (the planner's Submit: a refused submit leaves no plan behind)."""
     if (body.plan_id is None) == (body.plan is None):
@@ -101,7 +101,7 @@ def plan_of(session: Session, body: RunCreate) -> PlanRow:
     if isinstance(body.plan.get("run"), dict):
         raise UserError(422, "plan.run", "the run section goes in `run`, beside the plan")
     plan = valid_or_422(body.plan)
-    row = PlanRow(name=body.name, spec=plan.effective(), estimate=planner.estimate(plan))
+    row = PlanRow(name=body.name, spec=plan.effective(), estimate=planner.estimate(plan), created_by=by.token_id)
     session.add(row)
     session.flush()  # its id, for the run; rolled back with the run when the submit is refused
     return row
@@ -113,7 +113,7 @@ def create_run(session: Session, body: RunCreate, by: Principal, idempotency_key
     key = idempotency_key if by.token_id is not None else None
     if key and (earlier := _submitted_with(session, by, key, body)) is not None:
         return earlier
-    stored = plan_of(session, body)
+    stored = plan_of(session, body, by)
     settings = get_settings()
     # the stored plan with the submitted run section, validated as one; then a preset plan's run.model_path is
     # filled in from the models root or the hub cache

@@ -62,7 +62,7 @@ def test_no_worker_on_the_queue_says_so_without_hanging(client, tokens):
     assert time.monotonic() - t0 < 10
     assert r.status_code == 409, r.text
     assert "no worker serves the queue gpu-b200-180gb" in r.json()["detail"][0]["message"]
-    assert not [x for x in client.get("/api/runs", headers=admin).json() if x["kind"] == "probe"]
+    assert not [x for x in client.get("/api/runs", headers=admin).json() if x["plan_id"] == plan_id]
 
 
 def test_a_worker_busy_training_counts_as_a_worker(client, tokens, tmp_path):
@@ -165,12 +165,12 @@ def test_a_probe_is_queued_as_a_run_of_kind_probe(client, tokens, tmp_path, monk
     """On the embedded SQLite broker (no broadcast: nobody can tell whether a worker listens) the probe is queued."""
     from backend.core.settings import get_settings
 
-    admin = as_role(client, tokens, "admin")
-    plan_id = _plan_id(client, admin, layers=3)
+    submitter = as_role(client, tokens, "submitter")
+    plan_id = _plan_id(client, submitter, layers=3)  # the submitter's own plan, whose estimate fits
     monkeypatch.setenv("ULAB_BROKER_URL", f"sqla+sqlite:///{tmp_path / 'broker.db'}")
     get_settings.cache_clear()
     try:
-        r = client.post(f"/api/plans/{plan_id}/probe", headers=as_role(client, tokens, "submitter"))
+        r = client.post(f"/api/plans/{plan_id}/probe", headers=submitter)
     finally:
         monkeypatch.undo()
         get_settings.cache_clear()

@@ -311,3 +311,62 @@ def test_mlflow_gets_every_step_once_in_order_after_an_outage(client, tokens, tm
         assert run.info.status == "FINISHED"
     finally:
         link.down()
+
+
+@pytest.mark.parametrize(("names", "steps", "cut_after"), [(10, 251, 1), (10, 251, 2), (1200, 2, 1)],
+                         ids=["2500-metrics-cut-after-batch-1", "2500-metrics-cut-after-batch-2",
+                              "one-step-of-1200-cut-inside-it"])
+def test_mlflow_down_mid_round_still_has_every_step_once(client, tokens, tmp_path, mlflow_server, names, steps,
+                                                         cut_after, monkeypatch):
+    """A round larger than one log_batch (1,000 metrics): the link to MLflow is cut right after the round's
+    `cut_after`-th batch of metrics reached the server, then restored and the run ends. Every metric then has each
+    step once: the cursor moved with each batch the server took, and a step larger than a batch, sent again in
+    full, is stored once (its points keep the round's timestamp)."""
+    from mlflow.tracking import MlflowClient
+
+    from backend.runs import transitions
+    from backend.runs.states import RunState
+    from worker.trackers import MlflowSink
+
+    server = mlflow_server
+    server.wait()
+    link = Link(server.port)
+    link.up()
+    admin = as_role(client, tokens, "admin")
+    run_id = running_run(client, admin, tmp_path, report_to=["mlflow"], steps=steps)
+    run_dir = tmp_path / "run-mlflow"
+    run_dir.mkdir()
+    # the forwarder reads the run over the agent API, as on a worker
+    monkeypatch.setattr(agent, "get_agent", lambda: HttpRunAgent(Settings(attempt_token=attempt_token(run_id)), client))
+    fwd = forwarder(run_id, run_dir, "mlflow", uri=f"http://127.0.0.1:{link.port}")
+    sink = fwd._sinks["mlflow"] = MlflowSink(fwd.cfg, fwd.memo["mlflow"])
+    real_log_batch, sent = sink.client.log_batch, []
+
+    def log_batch(run, metrics=(), params=(), tags=()):  # the real call; the link goes down after the chosen one
+        real_log_batch(run, metrics=metrics, params=params, tags=tags)
+        if metrics:
+            sent.append(len(metrics))
+            if len(sent) == cut_after:
+                link.down()
+
+    sink.client.log_batch = log_batch
+    try:
+        ingest(client, admin, run_id, {"points": [{"step": s, "name": f"m{i}", "value": s + i / 10_000}
+                                                  for s in range(1, steps + 1) for i in range(names)]})
+        assert not fwd.pump()  # the newest step stays back; the link is cut mid-round
+        expected_cursor = {(10, 1): 100, (10, 2): 200, (1200, 1): 0}[(names, cut_after)]
+        assert fwd.memo["mlflow"]["step"] == expected_cursor
+        link.up()
+        assert transitions.finish(run_id, 1, RunState.SUCCEEDED, None, last_step=steps)
+        pump_until_done(fwd)
+        assert sent[:cut_after] == [1000] * cut_after
+        c = MlflowClient(tracking_uri=server.uri)
+        [run] = c.search_runs([c.get_experiment_by_name("ulab-tests").experiment_id],
+                              f"tags.`ulab.run_id` = '{run_id}'")
+        for i in (0, names // 2, names - 1):
+            history = c.get_metric_history(run.info.run_id, f"m{i}")
+            assert [m.step for m in history] == list(range(1, steps + 1)), f"m{i}"
+            assert [m.value for m in history] == pytest.approx([s + i / 10_000 for s in range(1, steps + 1)])
+        assert run.info.status == "FINISHED"
+    finally:
+        link.down()

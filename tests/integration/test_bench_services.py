@@ -22,6 +22,9 @@ def test_load_bench_runs_its_three_phases():
 
 
 def test_metrics_query_bench_ingests_and_queries():
-    text = run_bench("bench/metrics_query.py", "--points", "10000")
+    text = run_bench("bench/metrics_query.py", "--points", "10000,20000", "--ingest", "10000", "--clients", "2",
+                     "--seconds", "0.5", "--repeats", "3")
     assert re.search(r"^ingest through the API: 10,000 points .* 0 errors", text, re.M), text
-    assert len(re.findall(r"^chart query, .*: median [\d.]+ ms", text, re.M)) == 3, text
+    assert len(re.findall(r"^[\d,]+ points, chart query, .*: median [\d.]+ ms", text, re.M)) == 6, text
+    assert len(re.findall(r"^2 clients: \d+ req/s, .* 0 errors", text, re.M)) == 2, text
+    assert len(re.findall(r"^\| (10,000|20,000) \|", text, re.M)) == 2, text  # the table

@@ -24,7 +24,9 @@ def test_rollups_and_raw_edges_give_the_buckets_python_gives(session):
     pts = [PointIn(rank=r, step=s, name="loss", value=v + r) for s, v in values.items() for r in (0, 1)]
     assert service.ingest(session, 1, pts[:25000]) == 25000
     assert service.ingest(session, 1, pts[20000:]) == 20000  # overlapping resend
-    for start, stop, budget in [(1, 20000, 1000), (1, 20000, 37), (4999, 15001, 100), (5, 40, 1000)]:
+    # 37 and 100 buckets read tier-256 blocks with tier-16 edges, 4 and 3 buckets tier-4096 with tier-256 edges
+    for start, stop, budget in [(1, 20000, 1000), (1, 20000, 37), (4999, 15001, 100), (5, 40, 1000), (1, 20000, 4),
+                                (333, 19777, 3)]:
         width, _ = chart.plan_buckets(start, stop, budget)
         out = chart.query(session, 1, "loss", start, stop, budget)
         assert [s.rank for s in out.series] == [0, 1]

@@ -1,14 +1,14 @@
 """Workers reach the service over HTTP only: a worker token names the queues it serves (api_tokens.queues), and each
 claim hands out a token of the claimed attempt (attempt_tokens; only its SHA-256 is stored).
 
-Revision ID: 0039
-Revises: 0020
+Revision ID: 0022
+Revises: 0021
 """
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0039"
-down_revision = "0020"
+revision = "0022"
+down_revision = "0021"
 branch_labels = None
 depends_on = None
 
