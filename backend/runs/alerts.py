@@ -18,9 +18,10 @@ and by the API's supervision loop (`check_stalls`, backend/runs/lifecycle.py):
 
 Each rule is a `Rule` of RULES (below). A rule whose `run.stop_on_*` field is on also stops the run
 (transitions.request_stop: the trainer saves a checkpoint on SIGTERM) and the run ends `stopped` with the reason
-"stopped: ...". Every rule re-arms on every attempt: alerts are one of each kind per attempt, and the divergence
-reference is the attempt's own (a resume with a smaller learning rate from a diverged checkpoint is measured against
-where it starts, not against the first attempt's step 1).
+"stopped: ...". Every rule re-arms on every attempt: alerts are one of each kind per attempt. The divergence reference
+is the run's lowest loss up to the checkpoint the attempt resumed from (its record, plan/guardrails.GUARD_FILE), then
+the attempt's own: a resume with a smaller learning rate from a diverged checkpoint whose loss never comes back
+within the factor of where the run had been is stopped again, on the attempt's DIVERGENCE_FROM-th step.
 
 The divergence rule compares each loss with the attempt's running minimum: a healthy run's loss stays below a few
 times it (cross-entropy starts near ln(vocab) and goes down, and the minimum only falls), while a diverging one grows
@@ -193,9 +194,10 @@ def this_attempts(run: Run, points: list[PointIn]) -> list[PointIn]:
 
 def _divergence(run: Run, points: list[PointIn], factor: float) -> tuple[int, str] | None:
     """(step, message) of the batch's first loss above `factor` x the attempt's running minimum, from the attempt's
-    DIVERGENCE_FROM-th step (plan/guardrails.Divergence); updates the attempt's reference on the run (first loss
-    step, lowest loss)."""
-    rule, fired = Divergence(factor, run.attempt_loss_first_step, run.attempt_loss_min), None
+    DIVERGENCE_FROM-th step (plan/guardrails.Divergence), from the reference the attempt inherited from its checkpoint
+    (transitions.queue_retry); updates the attempt's reference on the run (first loss step, lowest loss)."""
+    rule = Divergence(factor, run.attempt_loss_first_step, run.attempt_loss_min, run.attempt_loss_inherited)
+    fired = None
     for p in sorted((p for p in points if p.name == "loss" and p.rank == 0), key=lambda p: p.step):
         message = rule.observe(p.step, p.value)
         if fired is None and message is not None:
