@@ -238,3 +238,23 @@ def test_a_running_run_with_no_step_for_stall_after_s_raises_stalled(client, tok
     assert run["alerts"][0]["kind"] == "stalled"
     assert run["alerts"][0]["message"].startswith("no step for "), run["alerts"]
     assert "(run.stall_after_s = 60)" in run["alerts"][0]["message"]
+
+
+def test_a_run_that_ends_with_an_alert_that_stopped_nothing_shows_it_beside_its_state(client, tokens, tmp_path):
+    from backend.runs import transitions
+    from backend.runs.states import RunState
+
+    admin = as_role(client, tokens, "admin")
+    run_id = running_run(client, admin, tmp_path, stop_on_divergence=False, steps=3)
+    ingest(client, admin, run_id, loss_points({1: 6.2, 2: 1152.0, 3: 3924.0}))
+    assert transitions.finish(run_id, 1, RunState.SUCCEEDED, None, last_step=3)
+    run = client.get(f"/api/runs/{run_id}", headers=admin).json()
+    assert run["state"] == "succeeded"
+    assert [(a["kind"], a["step"], a["stopped"]) for a in run["open_alerts"]] == [("loss_diverged", 3, False)]
+    listed = {r["id"]: r for r in client.get("/api/runs", headers=admin).json()}
+    assert [a["kind"] for a in listed[run_id]["open_alerts"]] == ["loss_diverged"]
+    (tmp_path / "healthy").mkdir()
+    healthy = running_run(client, admin, tmp_path / "healthy", steps=3)
+    ingest(client, admin, healthy, loss_points({1: 6.2, 2: 5.9, 3: 5.5}))
+    assert transitions.finish(healthy, 1, RunState.SUCCEEDED, None, last_step=3)
+    assert client.get(f"/api/runs/{healthy}", headers=admin).json()["open_alerts"] == []

@@ -107,3 +107,5 @@ def test_a_stop_keeps_the_checkpoint_from_before_the_divergence_and_a_resume_inh
     assert stopped["attempt"] == 2, stopped
     assert stopped["step"] == stop + DIVERGENCE_FROM, stopped
     assert "the run's lowest loss up to the checkpoint this attempt resumed from" in stopped["message"], stopped
+    # the resumed attempt's rotation kept the checkpoint from before the divergence too
+    assert (run_dir / "checkpoints" / "stage0" / f"checkpoint-{max(within)}" / "trainer_state.json").is_file()

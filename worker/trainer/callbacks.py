@@ -14,7 +14,7 @@ from transformers import TrainerCallback
 
 from .checkpoints import write_layout
 from .collectives import all_gather_rows
-from .guard import Guard
+from .guard import Guard, newest_within_bounds
 from .metrics import GIB, MemoryMeter, MetricsWriter, StepClock, flops_per_token
 from .phases import PHASES, time_engine
 from .system import NAMES as SYSTEM_NAMES
@@ -210,6 +210,11 @@ class GuardCallback(TrainerCallback):
     def __init__(self, metrics, guard: Guard):
         self.metrics, self.guard = metrics, guard
         self.within_bounds: str | None = None  # the newest checkpoint whose step's loss was within bounds
+
+    def on_train_begin(self, args, state, control, **kw):
+        """A resumed attempt starts from the stage's checkpoints on disk: the newest within bounds stays protected."""
+        self.within_bounds = newest_within_bounds(Path(args.output_dir))
+        return control
 
     def on_step_end(self, args, state, control, **kw):
         seen = getattr(self.metrics, "last_step_loss", None)  # (step, loss) of the step just ended

@@ -78,6 +78,13 @@ def inherited_reference(checkpoint_dir: Path | None) -> float | None:
     return found["low"] if found else None
 
 
+def newest_within_bounds(stage_dir: Path) -> str | None:
+    """The newest checkpoint of a stage's directory whose record says its step's loss was within bounds, or None."""
+    found = [(int(ck.name.rsplit("-", 1)[1]), ck) for ck in Path(stage_dir).glob("checkpoint-*")
+             if ck.name.rsplit("-", 1)[1].isdigit() and (read_guard_record(ck) or {}).get("within")]
+    return str(max(found)[1]) if found else None
+
+
 def read_stopped(run_dir: Path, attempt: int) -> dict | None:
     """The alert the trainer of `attempt` stopped on (RUN_DIR/stopped.json), or None."""
     try:
