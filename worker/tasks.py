@@ -12,6 +12,7 @@ from pathlib import Path
 
 from backend.core.settings import Settings, get_settings
 from backend.runs.agent import EXECUTE_RUN, Claim, RunState, get_agent, tail_lines
+from plan.launch import DATA_PATH_ENV
 from plan.model import Plan
 from worker import gang, trackers
 from worker.celery_app import celery_app
@@ -80,6 +81,7 @@ def launch(run: Claim, settings: Settings, node_rank: int, rdzv_endpoint: str | 
     words = last_words_file(run.id, run.attempt, node_rank)
     words.unlink(missing_ok=True)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **attempt_tag(lock, run.attempt), LAST_WORDS_ENV: str(words)}
+    env.pop(DATA_PATH_ENV, None)  # a run of the service trains on its stored plan's data, whatever this host sets
     if rdzv_endpoint:
         env.update(ULAB_RDZV_ENDPOINT=rdzv_endpoint, ULAB_NODE_RANK=str(node_rank),
                    ULAB_RDZV_ID=f"ulab-run{run.id}-attempt{run.attempt}")
