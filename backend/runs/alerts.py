@@ -5,7 +5,8 @@
                             the attempt's running minimum (its lowest loss before that step) (`run.stop_on_divergence`,
                             on by default);
   grad_norm_exploded        a grad norm above `run.grad_norm_factor` x its median over the previous HISTORY steps;
-  throughput_dropped        tokens/s below `run.throughput_floor` x the run's median for SUSTAIN steps in a row;
+  throughput_dropped        tokens/s below `run.throughput_floor` x the run's median for SUSTAIN steps in a row (on
+                            CPU ranks, below CPU_JITTER_FLOOR x it, if that is lower);
 
   probe_failed              the smoke-test gate (`run.probe`): in the first `probe.steps` steps a rank's peak memory
                             above `max_memory_fraction` of the GPU's, a NaN/Inf loss (`require_finite_loss`), or at
@@ -63,6 +64,11 @@ SUSTAIN = 5  # slow steps in a row before tokens/s counts as dropped
 # The trainer's and the database's clocks may differ by this much (NTP keeps them far closer); an attempt starts at
 # least a model load after its predecessor's last step
 ATTEMPT_CLOCK_SLACK_S = 1.0
+# CPU ranks share their cores with whatever else the machine runs: a healthy tiny CPU run's best tokens/s over SUSTAIN
+# steps in a row fell to 0.21 x its median before them (bench/cpu_step_jitter.py, bench/results/cpu-step-jitter.md),
+# where the default floor is 0.5. On CPU ranks the rule compares with half the lowest measured, so jitter alone
+# never fires it; a drop deeper than that still does.
+CPU_JITTER_FLOOR = 0.1
 MEMORY_POINTS = ("peak_allocated_gib", "peak_reserved_gib", "gpu_mem_used_gib")  # per rank, GiB
 
 
@@ -139,6 +145,11 @@ def _throughput_drop(session: Session, run_id: int, points: list[PointIn], floor
             return steps[i], (f"tokens/s dropped: {window[-1]:.4g} at step {steps[i]}, and every one of the last "
                               f"{SUSTAIN} steps below {floor:g} x the run's median {median:.4g}")
     return None
+
+
+def throughput_floor(run: Run, rules: RunSection) -> float:
+    """The throughput rule's floor: the run's, and on CPU ranks no higher than CPU_JITTER_FLOOR."""
+    return min(rules.throughput_floor, CPU_JITTER_FLOOR) if run.device == "cpu" else rules.throughput_floor
 
 
 def _share(x: float) -> str:
@@ -230,7 +241,7 @@ RULES: list[Rule] = [  # in the order their alerts are raised: the first stoppin
                                                                       b.rules.grad_norm_factor))),
     Rule(("throughput_dropped",), stops=lambda r: r.stop_on_throughput,
          find=lambda b: _found("throughput_dropped", _throughput_drop(b.session, b.run.id, b.points,
-                                                                      b.rules.throughput_floor))),
+                                                                      throughput_floor(b.run, b.rules)))),
     Rule(("stalled",), find=None, stops=lambda r: r.stop_on_stall),  # check_stalls
 ]
 STALLED = next(rule for rule in RULES if rule.kinds == ("stalled",))

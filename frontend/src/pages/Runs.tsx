@@ -55,7 +55,7 @@ const COLS: Col[] = [
   { key: "sp", label: "sp", value: (r) => r.spec?.parallel?.sp_size ?? 0, cls: "opt" },
   { key: "progress", label: "progress", value: (r) => (totalSteps(r) ? (r.last_step ?? 0) / totalSteps(r) : 0) },
   { key: "loss", label: "final loss", value: (r) => r.final_loss ?? Infinity, cls: "opt" },
-  { key: "tps", label: "tokens/s", value: (r, tps) => tps ?? r.estimate?.throughput?.tokens_per_s ?? 0, cls: "opt2" },
+  { key: "tps", label: "tokens/s", value: (r, tps) => tps ?? (r.device === "cpu" ? 0 : r.estimate?.throughput?.tokens_per_s ?? 0), cls: "opt2" },
   { key: "started", label: "started", value: (r) => r.started_at ?? r.created_at, cls: "opt2" },
   { key: "duration", label: "duration", value: (r) => (r.started_at ? (r.finished_at ? parseTime(r.finished_at) : Date.now()) - parseTime(r.started_at) : -1), cls: "opt" },
 ];
@@ -91,7 +91,7 @@ const RunRow = memo(function RunRow({ run: r, selected, tps, tpsError, onToggle,
       </td>
       <td className="opt" data-testid={`run-loss-${r.id}`}>{r.final_loss != null ? fmtValue(r.final_loss) : "–"}</td>
       <td className="opt2" data-testid={`run-tps-${r.id}`} title={tpsError || "last measured; ≈ = the planner's prediction"}>
-        {tps != null ? fmtNum(tps) : `≈${fmtNum(r.estimate?.throughput?.tokens_per_s)}`}</td>
+        {tps != null ? fmtNum(tps) : r.device === "cpu" ? "no CPU prediction" : `≈${fmtNum(r.estimate?.throughput?.tokens_per_s)}`}</td>
       <td className="opt2">{fmtTime(r.started_at)}</td>
       <td className="opt">{fmtDuration(r.started_at, r.finished_at)}</td>
       <td><RunActions run={r} onChange={onChange} compact /></td>
