@@ -69,6 +69,9 @@ type RowProps = {
  * unchanged answer) leaves the row, and the button under the pointer, as they are. */
 const RunRow = memo(function RunRow({ run: r, selected, tps, tpsError, onToggle, onChange }: RowProps) {
   const steps = totalSteps(r);
+  // the open ones (the last attempt's, that stopped nothing) stand in the state badge
+  const open = new Set((r.open_alerts ?? []).map((a) => `${a.attempt}:${a.kind}`));
+  const closed = (r.alerts ?? []).filter((a) => !open.has(`${a.attempt}:${a.kind}`));
   return (
     <tr data-testid={`run-row-${r.id}`} data-state={r.state}>
       <td className="sel"><input type="checkbox" aria-label={`select run ${r.id}`} data-testid={`select-${r.id}`} checked={selected} onChange={() => onToggle(r.id)} /></td>
@@ -76,8 +79,8 @@ const RunRow = memo(function RunRow({ run: r, selected, tps, tpsError, onToggle,
       <td className="name"><a href={`#/runs/${r.id}`} data-testid={`run-link-${r.id}`}>{r.name || "(unnamed)"}</a>
         {(r.tags ?? []).map((t) => <span key={t} className="badge" data-testid={`run-tag-${r.id}-${t}`}>{t}</span>)}</td>
       <td><StateBadge run={r} testid={`run-state-${r.id}`} />
-        {(r.alerts ?? []).length ? <span className="badge bad" data-testid={`run-alert-badge-${r.id}`} title={(r.alerts ?? []).map((a) => a.message).join("\n")}>
-          {(r.alerts ?? []).map((a) => a.kind.replace("_", " ")).join(", ")}</span> : null}
+        {closed.length ? <span className="badge bad" data-testid={`run-alert-badge-${r.id}`} title={closed.map((a) => a.message).join("\n")}>
+          {closed.map((a) => a.kind.replace("_", " ")).join(", ")}</span> : null}
       </td>
       <td className="opt">{model(r)}</td>
       <td className="opt">{r.device === "cpu" ? `CPU ranks × ${gpus(r)}` : `${gpuName(r.spec?.hardware?.gpu)} × ${gpus(r)}`}</td>
