@@ -32,9 +32,10 @@ SAVE_SHARD_BYTES_PER_PARAM = 12
 SAVE_GATHERED_BYTES_PER_PARAM = 2
 SAVE_WRITE_BYTES_PER_S_PER_NODE = 1e9
 MIN_STOP_GRACE_S = 30.0
-# Multi-node exports: the main node's address is not known to the planner; the user fills this placeholder once
-# (export MAIN_NODE_IP=... on every node; the Accelerate YAMLs name it literally). The port is torchrun's default.
-MAIN_NODE_PLACEHOLDER = "MAIN_NODE_IP"
+# Multi-node exports: the main node's address is not known to the planner. The sbatch script derives it from
+# SLURM_JOB_NODELIST; the by-hand launch lines read it from this environment variable (export it on every node), and
+# an `accelerate launch` gets it as --main_process_ip: no exported file names it. The port is torchrun's default.
+MAIN_NODE_ENV = "MAIN_NODE_IP"
 RDZV_PORT = 29500
 MAIN_NODE_PORT = "MAIN_NODE_PORT"  # the torchrun lines read it when set (a port other than RDZV_PORT)
 # A stop, in order (the one place these times are set): SIGTERM reaches `ulab train`, which forwards it once to
@@ -60,6 +61,23 @@ def nodes_and_ranks_per_node(data: Any) -> tuple[int, int]:
     plan = as_spec(data).plan
     nnodes = plan.hardware.num_nodes
     return nnodes, max(1, plan.world_size // nnodes)
+
+
+# The training data, when set: it replaces the plan's run.data.path (worker/trainer/cli.py), so an exported job runs on
+# another copy of the data without an edit to plan.json (the sbatch script names it)
+DATA_PATH_ENV = "ULAB_DATA_PATH"
+# attention kernels that are packages of their own: (module Transformers imports, the package to install); the
+# trainer checks the module before its ranks start (worker/trainer/spec.py), the export's README names the package
+ATTENTION_PACKAGES = {"flash_attention_2": ("flash_attn", "flash-attn"),
+                      "flash_attention_3": ("flash_attn_interface", "flash-attn-3 (flash_attn_interface)")}
+# training.liger_kernel's Triton kernels (pyproject's `gpu` extra)
+LIGER_PACKAGE = "liger-kernel"
+
+
+def kernel_packages(plan: Plan) -> list[str]:
+    """The packages beyond the trainer's own install that a GPU node needs for this plan's kernels."""
+    attn = ATTENTION_PACKAGES.get(plan.training.attn_implementation)
+    return [*([attn[1]] if attn else []), *([LIGER_PACKAGE] if plan.training.liger_kernel else [])]
 
 
 def effective_attn(plan: Plan, cuda: bool) -> str:
@@ -201,7 +219,11 @@ SBATCH_FILE = "ulab-job.sbatch"
 
 def accelerate_config(data: Any, machine_rank: int = 0) -> dict:
     """An `accelerate launch --config_file` config equivalent to what the trainer sets up in code, for the node
-    `machine_rank` (several nodes: one file per node; the main node's address is a placeholder to fill once)."""
+    `machine_rank` (several nodes: one file per node; the main node's address comes on the command line,
+    --main_process_ip, as the sbatch script passes it). No mixed_precision: the DeepSpeed JSON carries the precision,
+    and `accelerate launch` counts a mixed_precision of the config file as a DeepSpeed field set beside
+    deepspeed_config_file (accelerate/commands/launch.py `mp_from_config_flag`), which DeepSpeedPlugin then refuses
+    (utils/dataclasses.py `_deepspeed_config_checks`) when the trainer builds its TrainingArguments."""
     spec = as_spec(data)
     t = spec.plan.training
     nnodes, _ = nodes_and_ranks_per_node(spec)
@@ -215,11 +237,10 @@ def accelerate_config(data: Any, machine_rank: int = 0) -> dict:
         "compute_environment": "LOCAL_MACHINE",
         "distributed_type": "DEEPSPEED",
         "deepspeed_config": ds,
-        "mixed_precision": {"bf16": "bf16", "fp16": "fp16"}.get(t.dtype, "no"),
         "num_machines": nnodes,
         "num_processes": spec.world,
         "machine_rank": machine_rank,
-        **({"main_process_ip": MAIN_NODE_PLACEHOLDER, "main_process_port": RDZV_PORT} if nnodes > 1 else {}),
+        **({"main_process_port": RDZV_PORT} if nnodes > 1 else {}),
         "rdzv_backend": "c10d" if nnodes > 1 else "static",
         "same_network": True,
         "parallelism_config": {

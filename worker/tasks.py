@@ -14,6 +14,7 @@ from pathlib import Path
 
 from backend.core.settings import Settings, get_settings
 from backend.execution.agent import EXECUTE_RUN, Claim, RunState, get_agent, tail_lines
+from plan.launch import DATA_PATH_ENV
 from plan.model import Plan
 from plan.outcome import OUTCOME_ENV, OUTCOME_FILE, STOP_RULES, clear_outcome
 from worker import gang, trackers
@@ -87,6 +88,7 @@ def launch(run: Claim, settings: Settings, node_rank: int, rdzv_endpoint: str | 
     clear_outcome(run_dir, [run_dir / OUTCOME_FILE, outcome])  # an earlier attempt's record is not this one's
     env = {**trainer_env(os.environ), "PYTHONUNBUFFERED": "1", **attempt_tag(lock, run.attempt),
            LAST_WORDS_ENV: str(words), OUTCOME_ENV: str(outcome)}
+    env.pop(DATA_PATH_ENV, None)  # a run of the service trains on its stored plan's data, whatever this host sets
     if rdzv_endpoint:
         env.update(ULAB_RDZV_ENDPOINT=rdzv_endpoint, ULAB_NODE_RANK=str(node_rank),
                    ULAB_RDZV_ID=f"ulab-run{run.id}-attempt{run.attempt}")

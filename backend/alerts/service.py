@@ -5,7 +5,8 @@
                             the attempt's running minimum (its lowest loss before that step) (`run.stop_on_divergence`,
                             on by default);
   grad_norm_exploded        a grad norm above `run.grad_norm_factor` x its median over the previous HISTORY steps;
-  throughput_dropped        tokens/s below `run.throughput_floor` x the run's median for SUSTAIN steps in a row;
+  throughput_dropped        tokens/s below `run.throughput_floor` x the run's median for SUSTAIN steps in a row (on
+                            CPU ranks, below CPU_JITTER_FLOOR x it, if that is lower);
 
   probe_failed              the smoke-test gate (`run.probe`): in the first `probe.steps` steps a rank's peak memory
                             above `max_memory_fraction` of the GPU's, a NaN/Inf loss (`require_finite_loss`), or at
@@ -18,9 +19,10 @@ and by the API's supervision loop (`check_stalls`, backend/execution/reaper.py):
 
 Each rule is a `Rule` of RULES (below). A rule whose `run.stop_on_*` field is on also stops the run
 (transitions.request_stop: the trainer saves a checkpoint on SIGTERM) and the run ends `stopped` with the reason
-"stopped: ...". Every rule re-arms on every attempt: alerts are one of each kind per attempt, and the divergence
-reference is the attempt's own (a resume with a smaller learning rate from a diverged checkpoint is measured against
-where it starts, not against the first attempt's step 1).
+"stopped: ...". Every rule re-arms on every attempt: alerts are one of each kind per attempt. The divergence reference
+is the run's lowest loss up to the checkpoint the attempt resumed from (its record, plan/guardrails.GUARD_FILE), then
+the attempt's own: a resume with a smaller learning rate from a diverged checkpoint whose loss never comes back
+within the factor of where the run had been is stopped again, on the attempt's DIVERGENCE_FROM-th step.
 
 The divergence rule compares each loss with the attempt's running minimum: a healthy run's loss stays below a few
 times it (cross-entropy starts near ln(vocab) and goes down, and the minimum only falls), while a diverging one grows
@@ -62,6 +64,11 @@ SUSTAIN = 5  # slow steps in a row before tokens/s counts as dropped
 # The trainer's and the database's clocks may differ by this much (NTP keeps them far closer); an attempt starts at
 # least a model load after its predecessor's last step
 ATTEMPT_CLOCK_SLACK_S = 1.0
+# CPU ranks share their cores with whatever else the machine runs: a healthy tiny CPU run's best tokens/s over SUSTAIN
+# steps in a row fell to 0.21 x its median before them (bench/cpu_step_jitter.py, bench/results/cpu-step-jitter.md),
+# where the default floor is 0.5. On CPU ranks the rule compares with half the lowest measured, so jitter alone
+# never fires it; a drop deeper than that still does.
+CPU_JITTER_FLOOR = 0.1
 MEMORY_POINTS = ("peak_allocated_gib", "peak_reserved_gib", "gpu_mem_used_gib")  # per rank, GiB
 
 
@@ -140,6 +147,11 @@ def _throughput_drop(session: Session, run_id: int, points: list[PointIn], floor
     return None
 
 
+def throughput_floor(run: Run, rules: RunSection) -> float:
+    """The throughput rule's floor: the run's, and on CPU ranks no higher than CPU_JITTER_FLOOR."""
+    return min(rules.throughput_floor, CPU_JITTER_FLOOR) if run.device == "cpu" else rules.throughput_floor
+
+
 def _share(x: float) -> str:
     return f"{x:.0%}" if x >= 0.01 else f"{x:.2g}"
 
@@ -193,9 +205,10 @@ def this_attempts(run: Run, points: list[PointIn]) -> list[PointIn]:
 
 def _divergence(run: Run, points: list[PointIn], factor: float) -> tuple[int, str] | None:
     """(step, message) of the batch's first loss above `factor` x the attempt's running minimum, from the attempt's
-    DIVERGENCE_FROM-th step (plan/guardrails.Divergence); updates the attempt's reference on the run (first loss
-    step, lowest loss)."""
-    rule, fired = Divergence(factor, run.attempt_loss_first_step, run.attempt_loss_min), None
+    DIVERGENCE_FROM-th step (plan/guardrails.Divergence), from the reference the attempt inherited from its checkpoint
+    (transitions.queue_retry); updates the attempt's reference on the run (first loss step, lowest loss)."""
+    rule = Divergence(factor, run.attempt_loss_first_step, run.attempt_loss_min, run.attempt_loss_inherited)
+    fired = None
     for p in sorted((p for p in points if p.name == "loss" and p.rank == 0), key=lambda p: p.step):
         message = rule.observe(p.step, p.value)
         if fired is None and message is not None:
@@ -228,7 +241,7 @@ RULES: list[Rule] = [  # in the order their alerts are raised: the first stoppin
                                                                       b.rules.grad_norm_factor))),
     Rule(("throughput_dropped",), stops=lambda r: r.stop_on_throughput,
          find=lambda b: _found("throughput_dropped", _throughput_drop(b.session, b.run.id, b.points,
-                                                                      b.rules.throughput_floor))),
+                                                                      throughput_floor(b.run, b.rules)))),
     Rule(("stalled",), find=None, stops=lambda r: r.stop_on_stall),  # check_stalls
 ]
 STALLED = next(rule for rule in RULES if rule.kinds == ("stalled",))

@@ -36,6 +36,9 @@ MEASURED_BY = {"peak_allocated_gib": "peak_allocated_gib", "reserved_gib": "peak
 FEATURES = ("offload_optimizer", "offload_params", "activation_checkpointing", "checkpoint_offload", "tiled_mlp",
             "tiled_logits_loss", "liger_kernel", "expandable_segments")
 MIN_POINTS_FOR_FIT = 2
+# What CPU ranks are filed under: the planner predicts for GPUs only, so their rows carry no prediction ("no CPU
+# prediction"), never a GPU's, and no error or correction is computed from them
+CPU = "cpu"
 
 
 def features_of(plan: dict) -> str:
@@ -78,7 +81,7 @@ def measured_for_run(session: Session, run_id: int) -> dict[str, float | None]:
 
 def _upsert(session: Session, source: str, ref: str, plan: dict, measured: dict, run_id: int | None,
             gpu: str | None = None) -> None:
-    pred = predicted(plan)
+    pred = {f: None for f in FIGURES} if gpu == CPU else predicted(plan)
     values: dict[str, Any] = {"gpu": gpu or _gpu_name(plan), "features": features_of(plan), "plan": plan,
                               "world": plan.get("parallel", {}).get("sp_size", 1) * plan.get("parallel", {}).get(
                                   "dp_size", 1),
@@ -99,18 +102,18 @@ def record_run(session: Session, run_id: int, attempt: int, spec: dict) -> None:
     """Store a finished run's prediction and measurement (called where an attempt ends, backend/execution/outcome.py).
     A run
     whose ranks reported no MFU ran on CPU ranks (no peak FLOPS to divide by): it is filed under GPU "cpu", so it
-    never enters the correction of the GPU type its plan names."""
+    never enters the correction of the GPU type its plan names, and is compared with no GPU's prediction."""
     plan = {k: v for k, v in (spec or {}).items() if k != "run"}
     on_gpu = session.scalar(select(func.count()).select_from(MetricPoint).where(
         MetricPoint.run_id == run_id, MetricPoint.name == "mfu")) or 0
     _upsert(session, "run", f"run {run_id} attempt {attempt}", plan, measured_for_run(session, run_id), run_id,
-            gpu=None if on_gpu else "cpu")
+            gpu=None if on_gpu else CPU)
 
 
 def record_measured(session: Session, source: str, ref: str, plan: dict, measured: dict, run_id: int | None,
                     gpu: str | None = None) -> None:
     """Store one measurement of a plan beside the planner's prediction (a probe's extrapolated figures: source
-    "probe"); `gpu` "cpu" keeps CPU ranks out of the plan's GPU type."""
+    "probe"); `gpu` CPU keeps CPU ranks out of the plan's GPU type and its prediction."""
     _upsert(session, source, ref, plan, measured, run_id, gpu=gpu)
 
 

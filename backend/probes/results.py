@@ -9,7 +9,7 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from backend.calibration.service import record_measured
+from backend.calibration.service import CPU, record_measured
 from backend.core.settings import get_settings
 from backend.plans.models import Plan as PlanRow
 from backend.runs.models import Run
@@ -25,6 +25,8 @@ def record_probe(session: Session, run: Run) -> dict | None:
     except (OSError, ValueError):
         return None
     result["run_id"] = run.id
+    if run.device is None:  # what the probe's ranks ran on: the runs list and run page name it, not the plan's GPU
+        run.device = "cuda" if result.get("device") == "cuda" else CPU
     row = session.get(PlanRow, run.plan_id) if run.plan_id is not None else None
     if row is not None:
         row.probe = result
@@ -32,7 +34,7 @@ def record_probe(session: Session, run: Run) -> dict | None:
                                                             "tokens_per_s")}
     plan = run.plan.model_copy(update={"run": None}).effective()  # the calibration store keeps the plan's JSON
     record_measured(session, "probe", f"probe run {run.id}", plan, measured, run.id,
-                    gpu="cpu" if result.get("device") != "cuda" else None)
+                    gpu=None if run.device == "cuda" else CPU)
     session.commit()
     return result
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import DateTime, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, DateTime, ForeignKey, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from backend.core.db import Base
@@ -25,4 +25,6 @@ class RunAttempt(Base):
     last_step: Mapped[int] = mapped_column(Integer, default=0)
     exit_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     queued_by: Mapped[int | None] = mapped_column(Integer, nullable=True)  # api_tokens.id; null: reaper or Slurm
+    # the effective plan this attempt ran (a resume may change the run section): Compare diffs attempts by it
+    spec: Mapped[dict | None] = mapped_column(JSON, nullable=True)
 

@@ -30,9 +30,11 @@ class Run(Base):
     # what a resume changed ({at, attempt, message}: a new learning rate or schedule), for the timeline
     changes: Mapped[list | None] = mapped_column(JSON, nullable=True)
     # the divergence rule's reference for this attempt (backend/alerts/service.py): its first loss step and its
-    # lowest loss so far; cleared when the next attempt is queued
+    # lowest loss so far; when the next attempt is queued, the lowest loss becomes the one its checkpoint carries
+    # (attempt_loss_inherited, plan/guardrails.GUARD_FILE; null: none)
     attempt_loss_first_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
     attempt_loss_min: Mapped[float | None] = mapped_column(Double, nullable=True)
+    attempt_loss_inherited: Mapped[float | None] = mapped_column(Double, nullable=True)
     spec: Mapped[dict] = mapped_column(JSON)
     estimate: Mapped[dict | None] = mapped_column(JSON, nullable=True)
     attempt: Mapped[int] = mapped_column(Integer, default=1)
@@ -94,6 +96,12 @@ class Run(Base):
     attempts: Mapped[list[RunAttempt]] = relationship(order_by=RunAttempt.attempt, lazy="selectin",
                                                       cascade="all, delete-orphan")
     alerts: Mapped[list[RunAlert]] = relationship(order_by=RunAlert.id, lazy="selectin", cascade="all, delete-orphan")
+
+    @property
+    def open_alerts(self) -> list[RunAlert]:
+        """The alerts of the run's last attempt that did not stop it: a run that ends with one is not plain
+        "succeeded", and every page shows them beside its state."""
+        return [a for a in self.alerts if a.attempt == self.attempt and not a.stopped]
 
     @property
     def plan(self) -> Plan:

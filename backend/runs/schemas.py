@@ -40,6 +40,8 @@ class AttemptOut(BaseModel):
     last_step: int
     exit_reason: str | None
     queued_by: int | None = None  # api_tokens.id of who queued this attempt; null: the reaper or Slurm requeued it
+    spec: dict[str, Any] | None = Field(None, description="The effective plan this attempt ran (a resume may change "
+                                                          "its run section)")
 
 
 class AlertOut(BaseModel):
@@ -75,6 +77,9 @@ class RunOut(BaseModel):
     max_retries: int = 0
     attempts: list[AttemptOut] = []
     alerts: list[AlertOut] = []
+    open_alerts: list[AlertOut] = Field([], description="Alerts of the last attempt that did not stop it: shown "
+                                                        "beside the state (a run that ends with one is not plain "
+                                                        "succeeded)")
     device: str | None = Field(None, description='What the ranks ran on: "cuda" or "cpu" (null before the first '
                                                  'step)')
     priority: int
@@ -149,6 +154,9 @@ class CheckpointOut(BaseModel):
     bytes: int
     saved_at: datetime
     complete: bool = Field(True, description="trainer_state.json written: a retry can resume from it")
+    loss: float | None = Field(None, description="The loss of the step that saved it (null: not recorded)")
+    diverged: bool = Field(False, description="Its step's loss was above the divergence rule's bounds (a stop's "
+                                              "checkpoint); those from before the divergence are listed first")
 
 
 class LogOut(BaseModel):

@@ -6,7 +6,7 @@ import hashlib
 import json
 import logging
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from backend.plans.models import Plan as PlanRow
 from backend.plans.service import get_plan, valid_or_422
 from backend.probes.results import tight_without_probe
 from backend.runs import gate, transitions
+from backend.runs.checkpoint_list import list_checkpoints
 from backend.runs.models import Run
 from backend.runs.schemas import RunCreate, RunLabels
 from backend.runs.states import TERMINAL, IllegalTransition, RunState
@@ -187,8 +188,7 @@ def retry_run(session: Session, run_id: int, by: Principal, from_checkpoint: str
         raise IllegalTransition(run.state, RunState.QUEUED)
     gate.check_queue(run, by)
     said = change_run_section(run, changes or {})
-    transitions.queue_retry(run, by.token_id)
-    run.resume_from = from_checkpoint
+    transitions.queue_retry(run, by.token_id, from_checkpoint)
     if said:  # the run's timeline shows it (events)
         run.changes = [*(run.changes or []), {"at": transitions.now().isoformat(), "attempt": run.attempt,
                                               "message": said}]
@@ -255,22 +255,8 @@ def list_runs(session: Session, state: str | None = None, q: str | None = None, 
 
 
 def checkpoints(run: Run) -> list[dict]:
-    """The checkpoints on disk (RUN_DIR/checkpoints/<stage>/checkpoint-<step>): stage, step, size and time, newest
-    first. The worker's run directory is shared with the API (one machine or a shared filesystem)."""
-    root = Path(run.run_dir) / "checkpoints" if run.run_dir else None
-    if root is None or not root.is_dir():
-        return []
-    out = []
-    for ckpt in root.glob("*/checkpoint-*"):
-        step = ckpt.name.removeprefix("checkpoint-")
-        if not ckpt.is_dir() or not step.isdigit():
-            continue
-        files = [f for f in ckpt.rglob("*") if f.is_file()]
-        out.append({"name": f"{ckpt.parent.name}-{ckpt.name}", "stage": ckpt.parent.name, "step": int(step),
-                    "bytes": sum(f.stat().st_size for f in files),
-                    "saved_at": datetime.fromtimestamp(ckpt.stat().st_mtime, UTC),
-                    "complete": (ckpt / "trainer_state.json").is_file()})
-    return sorted(out, key=lambda c: (c["saved_at"], c["step"]), reverse=True)
+    """The run's checkpoints on disk, those from before a divergence first (backend/runs/checkpoint_list.py)."""
+    return list_checkpoints(run.run_dir)
 
 
 def world_size(run: Run) -> int:

@@ -25,6 +25,7 @@ from backend.core.settings import get_settings
 from backend.inputs.paths import refused_paths
 from backend.metrics.models import MetricPoint
 from backend.runs.attempts import RunAttempt
+from backend.runs.checkpoint_list import inherited_reference
 from backend.runs.models import Run
 from backend.runs.states import ACTIVE, ALLOWED, TERMINAL, IllegalTransition, RunState, check_transition
 
@@ -76,7 +77,7 @@ def record_attempt(session: Session, run: Run) -> None:
     row = exists or RunAttempt(run_id=run.id, attempt=run.attempt)
     row.state, row.worker, row.started_at = run.state, run.worker, run.started_at
     row.finished_at, row.last_step, row.exit_reason = run.finished_at, run.last_step, run.exit_reason
-    row.queued_by = run.queued_by
+    row.queued_by, row.spec = run.queued_by, run.spec
     session.add(row)
 
 
@@ -90,10 +91,11 @@ def approve(run: Run, by: int | None, forced: bool) -> None:
     run.queued_at = run.sent_at = now()  # its message goes out right after the commit
 
 
-def queue_retry(run: Run, by: int | None = None) -> None:
-    """failed | oom | cancelled | lost -> queued as the next attempt (the worker resumes it from the last
-    checkpoint), queued by `by` (api_tokens.id; None: the reaper or Slurm); what the previous attempt left on the run
-    is cleared (run_attempts keeps it). The API's retry passes backend/runs/gate.check_queue first."""
+def queue_retry(run: Run, by: int | None = None, resume_from: str | None = None) -> None:
+    """failed | oom | cancelled | lost -> queued as the next attempt (the worker resumes it from `resume_from`,
+    stage<i>/checkpoint-<step>, or else the last checkpoint), queued by `by` (api_tokens.id; None: the reaper or
+    Slurm); what the previous attempt left on the run is cleared (run_attempts keeps it), and the divergence rule
+    starts from the reference that checkpoint carries. The API's retry passes backend/runs/gate.check_queue first."""
     _move(run, RunState.QUEUED, only_from=RETRYABLE)
     run.attempt, run.cancel_requested = run.attempt + 1, False
     run.worker = run.started_at = run.finished_at = run.heartbeat_at = run.exit_reason = None
@@ -101,9 +103,11 @@ def queue_retry(run: Run, by: int | None = None) -> None:
     run.slurm_job_id = run.slurm_state = run.slurm_reason = run.slurm_nodes = None
     run.claimed_token_id = run.attempt_first_step = None
     run.queued_by = by
-    run.resume_from = None  # the newest checkpoint, unless the caller names one (service.retry_run)
-    run.stopped_by = None  # the rules re-arm: this attempt's alerts and divergence reference are its own
-    run.attempt_loss_min = run.attempt_loss_first_step = None
+    run.resume_from = resume_from  # None: the newest checkpoint
+    run.stopped_by = None  # the rules re-arm: this attempt's alerts are its own
+    # the divergence rule's reference: the run's lowest loss up to the checkpoint the attempt resumes from
+    run.attempt_loss_first_step = None
+    run.attempt_loss_min = run.attempt_loss_inherited = inherited_reference(run.run_dir, resume_from)
     run.queued_at = run.sent_at = now()
 
 

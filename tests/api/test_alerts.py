@@ -205,6 +205,25 @@ def test_tokens_per_s_below_the_floor_for_five_steps_in_a_row_raises_an_alert(cl
     assert run["exit_reason"].startswith("stopped: tokens/s dropped (tokens/s dropped: 420 at step 30"), run
 
 
+def test_on_cpu_ranks_jitter_as_deep_as_measured_raises_nothing_and_a_deeper_drop_still_does(client, tokens,
+                                                                                             tmp_path):
+    """bench/cpu_step_jitter.py: a healthy tiny CPU run's best tokens/s over 5 steps in a row fell to 0.21 x its
+    median; on CPU ranks the rule's floor is CPU_JITTER_FLOOR (0.1), so that raises nothing, while a GPU run's
+    (the plan's 0.5) would."""
+    from backend.alerts.service import CPU_JITTER_FLOOR
+
+    admin = as_role(client, tokens, "admin")
+    run_id = running_run(client, admin, tmp_path, stop_on_throughput=True)
+    ingest(client, admin, run_id, points("on_gpu", {1: 0.0}))  # what the trainer reports from CPU ranks
+    ingest(client, admin, run_id, points("tokens_per_s", {s: 1000.0 + 10 * (s % 4) for s in range(1, 21)}))
+    ingest(client, admin, run_id, points("tokens_per_s", dict.fromkeys(range(21, 26), 210.0) | {26: 1000.0}))
+    assert alerts_of(client, admin, run_id) == []
+    assert client.get(f"/api/runs/{run_id}", headers=admin).json()["device"] == "cpu"
+    deeper = 0.5 * CPU_JITTER_FLOOR * 1000.0
+    ingest(client, admin, run_id, points("tokens_per_s", dict.fromkeys(range(27, 32), deeper)))
+    assert alerts_of(client, admin, run_id) == [("throughput_dropped", 31, True)]
+
+
 def test_a_running_run_with_no_step_for_stall_after_s_raises_stalled(client, tokens, tmp_path):
     from datetime import timedelta
 
@@ -238,3 +257,23 @@ def test_a_running_run_with_no_step_for_stall_after_s_raises_stalled(client, tok
     assert run["alerts"][0]["kind"] == "stalled"
     assert run["alerts"][0]["message"].startswith("no step for "), run["alerts"]
     assert "(run.stall_after_s = 60)" in run["alerts"][0]["message"]
+
+
+def test_a_run_that_ends_with_an_alert_that_stopped_nothing_shows_it_beside_its_state(client, tokens, tmp_path):
+    from backend.runs import transitions
+    from backend.runs.states import RunState
+
+    admin = as_role(client, tokens, "admin")
+    run_id = running_run(client, admin, tmp_path, stop_on_divergence=False, steps=3)
+    ingest(client, admin, run_id, loss_points({1: 6.2, 2: 1152.0, 3: 3924.0}))
+    assert transitions.finish(run_id, 1, RunState.SUCCEEDED, None, last_step=3)
+    run = client.get(f"/api/runs/{run_id}", headers=admin).json()
+    assert run["state"] == "succeeded"
+    assert [(a["kind"], a["step"], a["stopped"]) for a in run["open_alerts"]] == [("loss_diverged", 3, False)]
+    listed = {r["id"]: r for r in client.get("/api/runs", headers=admin).json()}
+    assert [a["kind"] for a in listed[run_id]["open_alerts"]] == ["loss_diverged"]
+    (tmp_path / "healthy").mkdir()
+    healthy = running_run(client, admin, tmp_path / "healthy", steps=3)
+    ingest(client, admin, healthy, loss_points({1: 6.2, 2: 5.9, 3: 5.5}))
+    assert transitions.finish(healthy, 1, RunState.SUCCEEDED, None, last_step=3)
+    assert client.get(f"/api/runs/{healthy}", headers=admin).json()["open_alerts"] == []

@@ -161,6 +161,13 @@ def test_a_cpu_run_is_filed_apart_from_the_gpu_it_plans_for(client, tokens, poin
     mine = [p for p in body["points"] if p["run_id"] == rid]
     assert mine[0]["gpu"] == "cpu"
     assert next(g for g in body["by_gpu"] if g["gpu"] == "H100-80GB")["n"] == 2
+    # measured on CPU ranks, compared with no GPU's prediction: the planner has none for CPU ranks
+    assert (mine[0]["measured_tokens_per_s"], mine[0]["measured_peak_allocated_gib"]) == (10.0, 0.5)
+    assert [mine[0][f"predicted_{f}"] for f in ("peak_allocated_gib", "reserved_gib", "device_total_gib",
+                                               "tokens_per_s")] == [None] * 4
+    cpu = next(g for g in body["by_gpu"] if g["gpu"] == "cpu")
+    assert {f: e["n"] for f, e in cpu["errors"].items()} == dict.fromkeys(cpu["errors"], 0)
+    assert set(cpu["correction"].values()) == {None}
 
 
 def test_gpu_check_results_load_as_measured_rows(app_env, tmp_path):

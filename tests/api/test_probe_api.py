@@ -113,6 +113,9 @@ def test_a_finished_probe_is_stored_with_the_plan_and_calibration(client, tokens
     assert len(mine) == 1
     assert mine[0]["gpu"] == "cpu"  # CPU ranks never enter the H100's rows
     assert mine[0]["measured_peak_allocated_gib"] == 0.1
+    assert mine[0]["predicted_tokens_per_s"] is None  # no CPU prediction, never the H100's
+    # the probe run is labelled with what it ran on, not the plan's GPU
+    assert client.get(f"/api/runs/{run_id}", headers=admin).json()["device"] == "cpu"
 
 
 def test_an_approver_setting_requires_a_passing_probe_for_a_tight_plan(client, tokens, tmp_path, monkeypatch):

@@ -82,3 +82,49 @@ def test_the_launcher_moves_the_newer_checkpoints_aside(tmp_path):
     for bad in ("stage0/checkpoint-20", "../x", "stage0/checkpoint-10/../../y"):
         with pytest.raises(ValueError, match="--resume-from"):
             discard_newer(tmp_path, bad, attempt=4)
+
+
+def test_a_diverged_runs_checkpoints_offer_the_one_before_first_and_a_resume_inherits_the_reference(
+        client, tokens, tmp_path):
+    """The trainer's records (plan/guardrails.GUARD_FILE) as the lr=10 run leaves them: checkpoint-1 within bounds,
+    checkpoint-3 the stop's. The list offers checkpoint-1 first and calls checkpoint-3 diverged; a resume from
+    checkpoint-3 at lr=1e-3 inherits the run's lowest loss (6.2), so a loss that stays near 4,500 fires on the
+    attempt's third step, while its own steps alone (4,568 -> 4,501) never would. Each attempt keeps its plan."""
+    from backend.runs import transitions
+    from backend.runs.states import RunState
+    from plan.guardrails import GUARD_FILE, Divergence, guard_record
+    from tests.api.test_alerts import alerts_of, ingest, loss_points
+
+    admin = as_role(client, tokens, "admin")
+    run_id = running_run(client, admin, tmp_path, learning_rate=10.0, divergence_factor=3.0)
+    losses = {1: 6.2, 2: 1152.4, 3: 3924.3}
+    rule = Divergence(3.0)
+    for step, loss in losses.items():
+        rule.observe(step, loss)
+        if step in (1, 3):
+            checkpoint(tmp_path, 0, step)
+            (tmp_path / "checkpoints" / "stage0" / f"checkpoint-{step}" / GUARD_FILE).write_text(
+                guard_record(step, loss, rule))
+    ingest(client, admin, run_id, loss_points(losses))
+    assert alerts_of(client, admin, run_id) == [("loss_diverged", 3, True)]
+    assert transitions.finish(run_id, 1, RunState.CANCELLED, "cancelled by request", last_step=3)
+    listed = client.get(f"/api/runs/{run_id}/checkpoints", headers=admin).json()
+    assert [(c["step"], c["diverged"], c["loss"]) for c in listed] == [(1, False, 6.2), (3, True, 3924.3)]
+
+    r = client.post(f"/api/runs/{run_id}/retry", json={"from_checkpoint": "stage0/checkpoint-3",
+                                                       "learning_rate": 1e-3}, headers=admin)
+    assert r.status_code == 200, r.text
+    assert transitions.claim(run_id, "test-worker") is not None
+    assert transitions.start(run_id, 2, str(tmp_path))
+    ingest(client, admin, run_id, loss_points({4: 4568.0, 5: 4540.0}))
+    assert [a["attempt"] for a in client.get(f"/api/runs/{run_id}", headers=admin).json()["alerts"]] == [1]
+    ingest(client, admin, run_id, loss_points({6: 4501.0}))
+    run = client.get(f"/api/runs/{run_id}", headers=admin).json()
+    second = [a for a in run["alerts"] if a["attempt"] == 2]
+    assert [(a["kind"], a["step"], a["stopped"]) for a in second] == [("loss_diverged", 6, True)], run["alerts"]
+    assert second[0]["message"] == ("loss diverged: 4501 at step 6 is above 3 x the run's lowest loss up to the "
+                                    "checkpoint this attempt resumed from 6.2"), second
+    assert transitions.finish(run_id, 2, RunState.CANCELLED, "cancelled by request", last_step=6)
+    run = client.get(f"/api/runs/{run_id}", headers=admin).json()
+    assert run["state"] == "stopped"
+    assert [a["spec"]["run"]["learning_rate"] for a in run["attempts"]] == [10.0, 1e-3]

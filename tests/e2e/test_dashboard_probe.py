@@ -29,6 +29,9 @@ def test_measure_this_plan_shows_measured_beside_predicted(api_server, api):
         row = page.inner_text("[data-testid=probe-row-peak_allocated_gib]")
         assert "extrapolated" in row, row
         assert "depths 1 (ok), 2 (ok) on CPU ranks" in page.inner_text("[data-testid=probe-result]")
+        # measured on CPU ranks: labelled so, and compared with no GPU's prediction
+        assert "measured on CPU ranks (3 layers)" in page.inner_text("[data-testid=probe-result] thead")
+        assert page.inner_text("[data-testid=probe-row-tokens_per_s] td:nth-child(3)") == "no CPU prediction"
         page.locator("[data-testid=probe-panel]").scroll_into_view_if_needed()
         screenshot(page, "dashboard-probe")
         run_id = int(page.inner_text("[data-testid=probe-status]").split()[2].rstrip(":"))
@@ -44,3 +47,11 @@ def test_measure_this_plan_shows_measured_beside_predicted(api_server, api):
     assert stored["predicted"]["peak_allocated_gib"] > 0
     points = [p for p in api.get("/api/calibration").json()["points"] if p["run_id"] == run_id]
     assert [(p["source"], p["gpu"]) for p in points] == [("probe", "cpu")]
+    assert points[0]["predicted_tokens_per_s"] is None
+    assert run["device"] == "cpu"
+    with chromium_page() as page:  # the runs list names what the probe ran on, with no GPU's tokens/s beside it
+        page.goto(f"{api_server}/#/runs")
+        row = page.locator(f"[data-testid=run-row-{run_id}]")
+        row.wait_for(timeout=20_000)
+        assert "CPU ranks × 1" in row.inner_text(), row.inner_text()
+        assert "H100" not in row.inner_text(), row.inner_text()

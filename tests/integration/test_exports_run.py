@@ -58,6 +58,12 @@ def trainer_venv(tmp_path_factory) -> Path:
     (site / "project-venv.pth").write_text(sysconfig.get_path("purelib") + "\n")
     run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--no-index", "-q",
          f"{wheel}[trainer]"])  # plan/exports.py TRAINER_WHEEL_INSTALL, from no index
+    # Accelerate is the project venv's (satisfied through the .pth), so pip wrote no `accelerate` command here: the
+    # console script its install writes on a node (accelerate's entry point, accelerate_cli:main)
+    launcher = venv / "bin" / "accelerate"
+    launcher.write_text(f"#!{venv / 'bin' / 'python'}\nimport sys\nfrom accelerate.commands.accelerate_cli import main"
+                        "\nsys.exit(main())\n")
+    launcher.chmod(0o755)
     return venv
 
 
@@ -181,14 +187,39 @@ def test_the_deepspeed_json_yaml_and_training_args_load_in_their_libraries(expor
 def test_the_sbatch_script_trains_on_the_real_slurm(exported, trainer_venv, tmp_path):
     """Slurm here is one node (tests/slurm_cluster.py): the job's two "nodes" are two tasks on it (sbatch's command
     line: --nodes=1 --ntasks-per-node=2), and it has no GRES (--gpus-per-node=0); the script itself is unedited."""
+    d = unzip(exported, tmp_path / "job")
+    job, log = sbatch(d, trainer_venv, tmp_path / "slurm")
+    assert "ulab ---" in log, log[-2000:]  # the default launcher
+    lines = [json.loads(x) for f in (d / "runs" / f"ulysses-lab-{job}").glob("metrics*.jsonl") for x in f.open()]
+    assert sorted({x["step"] for x in lines}) == list(range(1, STEPS + 1))
+
+
+def test_the_sbatch_script_runs_accelerate_launch_on_the_data_its_variable_names(api, corpus, trainer_venv,
+                                                                                tmp_path):
+    """The same bundle, exported from a plan whose data path does not exist on the "cluster": ULAB_DATA_PATH names
+    the data and ULAB_LAUNCHER=accelerate starts each node with `accelerate launch` and its Accelerate YAML (the main
+    node's address on its command line, from SLURM_JOB_NODELIST); nothing in the bundle is edited."""
+    plan = PLAN | {"run": {"steps": STEPS, "checkpoint_every": 0, "learning_rate": 1e-3,
+                           "data": {"path": str(tmp_path / "not-on-this-cluster.txt")}}}
+    r = api.post("/api/estimate/export.zip", json=plan)
+    assert r.status_code == 200, r.text
+    d = unzip(r.content, tmp_path / "job")
+    job, log = sbatch(d, trainer_venv, tmp_path / "slurm", ULAB_LAUNCHER="accelerate", ULAB_DATA_PATH=str(corpus))
+    assert "accelerate ---" in log, log[-2000:]
+    lines = [json.loads(x) for f in (d / "runs" / f"ulysses-lab-{job}").glob("metrics*.jsonl") for x in f.open()]
+    assert sorted({x["step"] for x in lines}) == list(range(1, STEPS + 1)), log[-3000:]
+
+
+def sbatch(d: Path, venv: Path, slurm_dir: Path, **env: str) -> tuple[str, str]:
+    """sbatch the unzipped bundle's script on the real slurmctld/slurmd, as is; (job id, its log) once it
+    COMPLETED."""
     why = missing()
     if why:
         pytest.fail(f"Slurm is needed for this test: {why}")
-    d = unzip(exported, tmp_path / "job")
-    with slurm_cluster(tmp_path / "slurm") as cluster:
-        env = node_env(trainer_venv, SLURM_CONF=cluster.env["SLURM_CONF"], MAIN_NODE_PORT=str(free_port()))
+    with slurm_cluster(slurm_dir) as cluster:
+        shell = node_env(venv, SLURM_CONF=cluster.env["SLURM_CONF"], MAIN_NODE_PORT=str(free_port()), **env)
         job = run(["sbatch", "--parsable", "--partition=debug", "--nodes=1", "--ntasks-per-node=2",
-                   "--gpus-per-node=0", "ulab-job.sbatch"], cwd=d, env=env).split(";")[0]
+                   "--gpus-per-node=0", "ulab-job.sbatch"], cwd=d, env=shell).split(";")[0]
         end = time.monotonic() + 400
         while True:
             out = cluster.scontrol("show", "job", "-o", job).stdout
@@ -199,5 +230,4 @@ def test_the_sbatch_script_trains_on_the_real_slurm(exported, trainer_venv, tmp_
             time.sleep(0.5)
         log = (d / f"ulab-{job}.log").read_text()
         assert state == "COMPLETED", log[-4000:]
-    lines = [json.loads(x) for f in (d / "runs" / f"ulysses-lab-{job}").glob("metrics*.jsonl") for x in f.open()]
-    assert sorted({x["step"] for x in lines}) == list(range(1, STEPS + 1))
+    return job, log

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from plan.guardrails import DIVERGENCE_FROM
+from plan.guardrails import DIVERGENCE_FROM, read_guard_record
 from tests.integration.trainer_support import make_plan, metrics, train, write_documents
 from tests.tiny import submit, tiny_plan, wait_for
 from worker.trainer.exits import EXIT_STOPPED
@@ -75,3 +75,37 @@ def test_through_the_worker_the_run_ends_stopped_with_one_alert(api, corpus):
     assert events[-1]["kind"] == "attempt_ended"
     assert events[-1]["state"] == "stopped"
     print(f"lr=10 through the worker: stopped at step {done['last_step']}")
+
+
+def test_a_stop_keeps_the_checkpoint_from_before_the_divergence_and_a_resume_inherits_the_reference(tmp_path,
+                                                                                                      documents):
+    # one process; a checkpoint every step, one kept: the Trainer's rotation alone would leave the stop's only
+    plan = make_plan(tmp_path / "plan.json", documents, steps=STEPS, learning_rate=10.0, checkpoint_every=1,
+                     keep_checkpoints=1, divergence_factor=3.0)
+    run_dir = tmp_path / "run"
+    proc = train(plan, run_dir, timeout=600)
+    assert proc.returncode == EXIT_STOPPED, f"exit {proc.returncode}: {proc.stderr[-3000:]}"
+    losses = {r["step"]: r["loss"] for r in metrics(run_dir) if "loss" in r}
+    stop = max(losses)
+    kept = sorted(int(p.name.rsplit("-", 1)[1]) for p in (run_dir / "checkpoints" / "stage0").glob("checkpoint-*"))
+    records = {k: read_guard_record(run_dir / "checkpoints" / "stage0" / f"checkpoint-{k}") for k in kept}
+    print("lr=10, a checkpoint every step:", losses, "kept", records)
+    within = [k for k in range(1, stop + 1) if losses[k] <= 3.0 * min(losses[s] for s in range(1, k + 1))]
+    assert kept == [max(within), stop], (kept, losses)
+    assert records[max(within)]["within"], records
+    assert not records[stop]["within"], records
+    assert records[stop]["low"] == min(losses.values()), records
+
+    # resumed from the stop's checkpoint at lr=1e-3: the loss never comes back within 3x the run's lowest, so the
+    # rule fires again on the attempt's third step, against the reference the checkpoint carried
+    plan = make_plan(tmp_path / "plan.json", documents, steps=STEPS, learning_rate=1e-3, checkpoint_every=1,
+                     keep_checkpoints=1, divergence_factor=3.0)
+    again = train(plan, run_dir, resume=True, timeout=600)  # attempt 2 (counted on from the lock)
+    assert again.returncode == EXIT_STOPPED, f"exit {again.returncode}: {again.stderr[-3000:]}"
+    stopped = json.loads((run_dir / STOPPED_FILE).read_text())
+    print("resumed at lr=1e-3:", stopped["message"])
+    assert stopped["attempt"] == 2, stopped
+    assert stopped["step"] == stop + DIVERGENCE_FROM, stopped
+    assert "the run's lowest loss up to the checkpoint this attempt resumed from" in stopped["message"], stopped
+    # the resumed attempt's rotation kept the checkpoint from before the divergence too
+    assert (run_dir / "checkpoints" / "stage0" / f"checkpoint-{max(within)}" / "trainer_state.json").is_file()

@@ -51,3 +51,28 @@ def test_the_guard_stops_on_a_nan_grad_norm_and_only_where_its_switch_is_on(tmp_
     off = Guard(rules(stop_on_nan=False, stop_on_divergence=False))
     assert [off.observe(s, v, None) for s, v in [(1, 6.2), (2, math.nan), (3, 6000.0)]] == [None] * 3
     assert off.reason is None
+
+
+def test_a_resumed_rule_starts_from_the_inherited_reference_and_says_so():
+    rule = Divergence(3.0, inherited=6.2)
+    assert [rule.observe(s, v) for s, v in [(4, 4568.0), (5, 4540.0)]] == [None, None]  # its first two steps
+    assert not rule.within
+    assert rule.observe(6, 4501.0) == ("loss diverged: 4501 at step 6 is above 3 x the run's lowest loss up to the "
+                                       "checkpoint this attempt resumed from 6.2")
+    back = Divergence(3.0, inherited=6.2)  # a loss that comes back within the factor trains on
+    assert [back.observe(s, v) for s, v in [(4, 40.0), (5, 12.0), (6, 8.0), (7, 6.0)]] == [None] * 4
+    assert back.within
+    assert back.low == 6.0
+
+
+def test_a_checkpoints_record_round_trips(tmp_path):
+    from plan.guardrails import GUARD_FILE, guard_record, read_guard_record
+
+    rule = Divergence(3.0)
+    for s, v in [(1, 6.2), (2, 1152.4)]:
+        rule.observe(s, v)
+    (tmp_path / GUARD_FILE).write_text(guard_record(2, 1152.4, rule))
+    assert read_guard_record(tmp_path) == {"step": 2, "loss": 1152.4, "low": 6.2, "within": False}
+    (tmp_path / GUARD_FILE).write_text("not json")
+    assert read_guard_record(tmp_path) is None
+    assert read_guard_record(tmp_path / "missing") is None

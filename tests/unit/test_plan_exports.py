@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
 
 import pytest
 
-from plan.exports import exports
-from plan.launch import MAIN_NODE_PLACEHOLDER
+from plan.exports import export_files, exports
+from plan.launch import MAIN_NODE_ENV
 from tests.plans import qwen_plan
 
 # sp 4 x dp 2 over two nodes of 4 GPUs, grad_accum 8: DeepSpeed's batch is 1 x 8 x 2 = 16
@@ -84,7 +85,8 @@ def test_one_accelerate_yaml_per_node_loads_in_accelerate(tmp_path):
         path.write_text(text)
         config = load_config_from_file(str(path))
         assert (config.machine_rank, config.num_machines, config.num_processes) == (rank, 2, 8)
-        assert (config.main_process_ip, config.main_process_port) == (MAIN_NODE_PLACEHOLDER, 29500)
+        # the main node's address comes on accelerate launch's command line (the sbatch script reads it from Slurm)
+        assert (config.main_process_ip, config.main_process_port) == (None, 29500)
         assert config.deepspeed_config["deepspeed_multinode_launcher"] == "standard"
         assert config.parallelism_config["parallelism_config_sp_size"] == 4
 
@@ -95,7 +97,7 @@ def test_one_torchrun_line_per_node_and_the_plan_json(tmp_path):
     assert len(lines) == 2
     for rank, line in enumerate(lines):
         assert f"--node-rank {rank}" in line
-        assert f'--rdzv-endpoint "${MAIN_NODE_PLACEHOLDER}:${{MAIN_NODE_PORT:-29500}}"' in line
+        assert f'--rdzv-endpoint "${MAIN_NODE_ENV}:${{MAIN_NODE_PORT:-29500}}"' in line
     assert json.loads(x["plan_json"])["parallel"] == {"sp_size": 4, "dp_size": 2}
 
 
@@ -136,9 +138,61 @@ def test_the_sbatch_script_asks_for_the_plans_nodes_and_gpus_and_is_valid_bash(t
     # one launcher per node, its node rank from Slurm, resuming from the newest checkpoint
     assert "ULAB_NODE_RANK=$SLURM_PROCID exec python -m worker.trainer" in script
     assert "--resume" in script
-    assert ":${MAIN_NODE_PORT:-29500}" in script
+    assert "${MAIN_NODE_PORT:-29500}" in script
     assert 'ULAB_RDZV_ID="slurm-$SLURM_JOB_ID"' in script
     path = tmp_path / "job.sbatch"
     path.write_text(script)
     check = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
+
+
+# A placeholder a script could fill: an ALL_CAPS_NAME standing as a value, "<...>", "..." or "CHANGE_ME"-like words
+PLACEHOLDER_VALUE = re.compile(r"^[A-Z][A-Z0-9]*(_[A-Z0-9]+)+$|<[^>]*>|\.\.\.|CHANGE|YOUR_|/path/to")
+# in a script's commands, an ALL_CAPS_NAME that is neither expanded ($NAME, ${NAME...}) nor assigned (NAME=...)
+BARE_NAME = re.compile(r"(?<![$\w{])([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+)\b(?!=)")
+
+
+def strings(value) -> list[str]:
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in strings(v)] + [k for k in value if isinstance(k, str)]
+    if isinstance(value, list):
+        return [s for v in value for s in strings(v)]
+    return [value] if isinstance(value, str) else []
+
+
+@pytest.mark.parametrize("plan", [TWO_NODES, qwen_plan()], ids=["two-nodes", "one-node"])
+def test_no_exported_file_holds_a_placeholder_a_script_could_fill(plan):
+    import yaml
+    from accelerate.utils import ComputeEnvironment, DistributedType
+
+    enums = {e.value for e in (*ComputeEnvironment, *DistributedType)}  # Accelerate's own values, not placeholders
+    files = export_files(plan | {"run": {"steps": 10, "data": {"path": "/data/train.jsonl"}}})
+    for name, text in files.items():
+        if name.endswith((".json", ".yaml")):
+            values = strings(json.loads(text) if name.endswith(".json") else yaml.safe_load(text))
+            assert [v for v in values if PLACEHOLDER_VALUE.search(v) and v not in enums] == [], name
+        elif name.endswith((".sh", ".sbatch")):
+            commands = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
+            assert [line for line in commands if BARE_NAME.search(line) or PLACEHOLDER_VALUE.search(line)] == [], name
+    assert MAIN_NODE_ENV not in files["accelerate_config_node0.yaml"]
+    assert "replace" not in files["README.txt"]
+    # the main node, from Slurm; the data, a named variable with the plan's path as its default
+    script = files["ulab-job.sbatch"]
+    assert 'scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1' in script
+    assert 'export ULAB_DATA_PATH="${ULAB_DATA_PATH:-/data/train.jsonl}"' in script
+    assert "accelerate launch --config_file \"accelerate_config_node$SLURM_PROCID.yaml\"" in script
+
+
+def test_the_readme_and_the_script_say_which_kernels_the_nodes_need():
+    fa3 = TWO_NODES | {"training": {**TWO_NODES["training"], "attn_implementation": "flash_attention_3",
+                                    "liger_kernel": True}}
+    files = export_files(fa3 | {"run": {"steps": 10, "data": {"path": "/data/train.jsonl"}}})
+    for name in ("README.txt", "ulab-job.sbatch"):
+        assert "Kernels: flash-attn-3 (flash_attn_interface), liger-kernel (must be installed on every node" \
+            in files[name], name
+    fa2 = export_files(qwen_plan() | {"run": {"steps": 10, "data": {"path": "/data/train.jsonl"}}})
+    assert "Kernels: flash-attn (must be installed" in fa2["README.txt"]
+    sdpa = qwen_plan()
+    sdpa = sdpa | {"training": {**sdpa["training"], "attn_implementation": "sdpa"}}
+    plain = export_files(sdpa | {"run": {"steps": 10, "data": {"path": "/data/train.jsonl"}}})
+    assert "Kernels: no kernel package beyond the trainer's install." in plain["README.txt"]

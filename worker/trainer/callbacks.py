@@ -14,7 +14,7 @@ from transformers import TrainerCallback
 
 from .checkpoints import write_layout
 from .collectives import all_gather_rows
-from .guard import Guard
+from .guard import Guard, newest_within_bounds
 from .metrics import GIB, MemoryMeter, MetricsWriter, StepClock, flops_per_token
 from .phases import PHASES, time_engine
 from .system import NAMES as SYSTEM_NAMES
@@ -200,10 +200,21 @@ def _gib(v: float):
 class GuardCallback(TrainerCallback):
     """The stop rules of guard.Guard at each step's end. Registered right after the metrics callback (it reads
     that step's gathered loss from it): stops training after this step, with a checkpoint, when a rule fires. Here,
-    not in guard.py, so the worker reads `guard.read_stopped` without importing Transformers."""
+    not in guard.py, so the worker reads `guard.read_stopped` without importing Transformers.
+
+    It also keeps the newest checkpoint from before a divergence: each save records its step's loss (Guard.record),
+    and while the step about to be saved is out of the rule's bounds, the last checkpoint within them is the Trainer's
+    `best_model_checkpoint`, which its rotation (`run.keep_checkpoints`) never deletes. A healthy step leaves it unset,
+    so rotation is as before."""
 
     def __init__(self, metrics, guard: Guard):
         self.metrics, self.guard = metrics, guard
+        self.within_bounds: str | None = None  # the newest checkpoint whose step's loss was within bounds
+
+    def on_train_begin(self, args, state, control, **kw):
+        """A resumed attempt starts from the stage's checkpoints on disk: the newest within bounds stays protected."""
+        self.within_bounds = newest_within_bounds(Path(args.output_dir))
+        return control
 
     def on_step_end(self, args, state, control, **kw):
         seen = getattr(self.metrics, "last_step_loss", None)  # (step, loss) of the step just ended
@@ -215,4 +226,15 @@ class GuardCallback(TrainerCallback):
         if self.guard.observe(step, float(loss) if loss is not None else math.nan, grad) is not None:
             control.should_save = True
             control.should_training_stop = True
+        state.best_model_checkpoint = None if self.guard.divergence.within else self.within_bounds
+        return control
+
+    def on_save(self, args, state, control, **kw):
+        checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if self.metrics.rank == 0:
+            self.guard.record(checkpoint)
+        if self.guard.divergence.within:
+            self.within_bounds = str(checkpoint)
+        if self.guard.fired is not None:  # rotation kept both; the Trainer's end (keep 1) must not delete the stop's
+            state.best_model_checkpoint = None
         return control

@@ -8,13 +8,18 @@ ends training after this step, like a SIGTERM (callbacks.STOP); rank 0 writes th
 every rank exits EXIT_STOPPED with the reason "stopped: <what> (<message>)" (train.py). The worker records the same
 alert row and ends the run `stopped` (backend/runs/alerts.trainer_stopped); a rule that is off stops nothing here
 (the API still raises its alert). One Guard lives for one trainer process, which is one attempt: the rules re-arm on
-every attempt."""
+every attempt, and a resumed one starts its divergence rule from the reference the checkpoint it resumed from
+carries (plan/guardrails.GUARD_FILE, written into every checkpoint here).
+
+The checkpoints of a run that diverged: each one's record says whether its step's loss was within the rule's bounds,
+and the newest such one is kept from the Trainer's rotation (`run.keep_checkpoints`) beside the newer ones, so the
+run offers a checkpoint from before the divergence next to the one its stop saved."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from plan.guardrails import Divergence, non_finite, stop_reason
+from plan.guardrails import GUARD_FILE, Divergence, guard_record, non_finite, read_guard_record, stop_reason
 from plan.outcome import Cause
 
 STOPPED_FILE = "stopped.json"  # {"kind", "step", "message", "reason", "attempt"}
@@ -24,21 +29,24 @@ class Guard:
     """The attempt's stop rules, as the plan's run section sets them; `fired` is (kind, step, message) once one has
     stopped the run."""
 
-    def __init__(self, run_section):
+    def __init__(self, run_section, inherited: float | None = None):
         self.stop_on_nan = bool(run_section.stop_on_nan)
         self.stop_on_divergence = bool(run_section.stop_on_divergence)
-        self.divergence = Divergence(run_section.divergence_factor)
+        self.divergence = Divergence(run_section.divergence_factor, inherited=inherited)
         self.fired: tuple[str, int, str] | None = None
+        self.last: tuple[int, float] | None = None  # (step, loss) last observed
 
     def observe(self, step: int, loss: float, grad_norm: float | None) -> tuple[str, int, str] | None:
         """Check this step's figures; answers (kind, step, message) of a rule that stops the run, else None."""
         if self.fired is not None:
             return self.fired
+        self.last = (step, loss)
         for name, value in (("loss", loss), ("grad_norm", grad_norm)):
             bad = non_finite(name, value, step) if value is not None else None
             if bad is not None:
                 if self.stop_on_nan:
                     self.fired = (bad[0], step, bad[1])
+                self.divergence.within = False
                 return self.fired  # the NaN rule is the one that speaks for this step
         message = self.divergence.observe(step, loss)
         if message is not None and self.stop_on_divergence:
@@ -62,6 +70,26 @@ class Guard:
         kind, step, message = self.fired
         (Path(run_dir) / STOPPED_FILE).write_text(json.dumps(
             {"kind": kind, "step": step, "message": message, "reason": self.reason, "attempt": attempt}))
+
+
+    def record(self, checkpoint_dir: Path) -> None:
+        """Write the GUARD_FILE of the checkpoint saved after the last observed step (rank 0)."""
+        if self.last is not None:
+            (Path(checkpoint_dir) / GUARD_FILE).write_text(guard_record(*self.last, self.divergence))
+
+
+def inherited_reference(checkpoint_dir: Path | None) -> float | None:
+    """The run's lowest loss up to checkpoint `checkpoint_dir` (its GUARD_FILE), or None (no checkpoint, or one
+    saved without a record)."""
+    found = read_guard_record(checkpoint_dir) if checkpoint_dir is not None else None
+    return found["low"] if found else None
+
+
+def newest_within_bounds(stage_dir: Path) -> str | None:
+    """The newest checkpoint of a stage's directory whose record says its step's loss was within bounds, or None."""
+    found = [(int(ck.name.rsplit("-", 1)[1]), ck) for ck in Path(stage_dir).glob("checkpoint-*")
+             if ck.name.rsplit("-", 1)[1].isdigit() and (read_guard_record(ck) or {}).get("within")]
+    return str(max(found)[1]) if found else None
 
 
 def read_stopped(run_dir: Path, attempt: int) -> dict | None:

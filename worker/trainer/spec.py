@@ -15,12 +15,9 @@ from typing import Any
 
 from plan import Plan, Spec, validate
 from plan.errors import first_line
+from plan.launch import ATTENTION_PACKAGES, DATA_PATH_ENV
 from plan.model import TOKENIZER_FILES, StagePlan, Training
 from plan.training_fields import TrainingFields
-
-# attention kernels that are packages of their own: (module Transformers imports, the package to install)
-ATTENTION_PACKAGES = {"flash_attention_2": ("flash_attn", "flash-attn"),
-                      "flash_attention_3": ("flash_attn_interface", "flash-attn-3 (flash_attn_interface)")}
 
 
 class PlanError(ValueError):
@@ -197,4 +194,8 @@ def load_plan(path: Path) -> dict:
         raise PlanError(f"plan {path}: not valid JSON: {e}") from None
     if not isinstance(plan, dict):
         raise PlanError(f"plan {path}: must be a JSON object")
+    data_path = os.environ.get(DATA_PATH_ENV)
+    if data_path and isinstance(plan.get("run"), dict):  # an exported job's data (plan/launch.py DATA_PATH_ENV)
+        data = plan["run"].get("data")
+        plan["run"] = {**plan["run"], "data": {**(data if isinstance(data, dict) else {}), "path": data_path}}
     return plan

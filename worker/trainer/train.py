@@ -36,7 +36,7 @@ from .collectives import check_shared_run_dir, share_cores
 from .data import hold_back, last_row_padded, load_stage_rows, tokenizer_for
 from .evaluate import passkey, position_loss
 from .exits import EXIT_OK, error_cause, say_last_words, says_out_of_memory
-from .guard import Guard
+from .guard import Guard, inherited_reference
 from .metrics import MemoryMeter, MetricsWriter, peak_tflops
 from .model import TiledLossHead, build_model, enable_tiled_mlp
 from .net import free_port
@@ -273,7 +273,7 @@ def train_this_rank(spec, run_dir: Path, resume: bool) -> int:
             writer = MetricsWriter(mine)
         attention = _Attention(attn)
         settle_imports()
-        guard = Guard(spec.run)  # this attempt's stop rules (guard.py)
+        guard = Guard(spec.run, inherited_reference(resume_from))  # this attempt's stop rules (guard.py)
         for i in range(start_stage, len(spec.stages)):
             if i > start_stage:
                 attention.reset()

@@ -77,11 +77,21 @@ export function RunActions({ run, onChange, compact }: { run: Run; onChange: (r:
   );
 }
 
+/** The run's state, and beside it the alerts of its last attempt that did not stop it: a run that ends with one is
+ * not plain "succeeded". */
 export function StateBadge({ run, testid }: { run: Run; testid?: string }) {
+  const open = run.open_alerts ?? [];
   return (
-    <span className={`state state-${run.state}`} data-testid={testid} data-state={run.state}>
-      {run.state.replace(/_/g, " ")}
-      {run.cancel_requested && !isTerminal(run.state) ? " (cancel requested)" : ""}
-    </span>
+    <>
+      <span className={`state state-${run.state}`} data-testid={testid} data-state={run.state}>
+        {run.state.replace(/_/g, " ")}
+        {run.cancel_requested && !isTerminal(run.state) ? " (cancel requested)" : ""}
+      </span>
+      {open.length ? (
+        <span className="badge warn" data-testid={testid ? `${testid}-alert` : undefined} title={open.map((a) => a.message).join("\n")}>
+          {" "}alert: {open.map((a) => `${a.kind.replace(/_/g, " ")} at step ${a.step}`).join(", ")}
+        </span>
+      ) : null}
+    </>
   );
 }

@@ -9,6 +9,10 @@ const FIGURES: [string, string][] = [
 type Err = { n: number; mean_error: number | null; worst_error: number | null };
 type Corr = { factor: number; residual: number; n: number } | null;
 
+/** CPU ranks are filed under "cpu": the planner predicts for GPUs only, so their rows have no prediction to compare. */
+const CPU = "cpu";
+const NO_CPU_PREDICTION = "no CPU prediction";
+
 const pct = (v: number | null | undefined) => (v == null ? "–" : `${v > 0 ? "+" : ""}${(100 * v).toFixed(1)}%`);
 
 function ErrCell({ e }: { e: Err }) {
@@ -21,7 +25,9 @@ export function CalibrationPage() {
   const { data: cal, error } = useQuery({ queryKey: ["calibration"], queryFn: () => unwrap(client.GET("/api/calibration")) });
   if (error) return <div className="card error">Could not load calibration: {error.message}</div>;
   if (!cal) return <div className="muted">loading calibration…</div>;
-  const errors = (x: Record<string, Err>) => FIGURES.map(([k]) => <ErrCell key={k} e={x[k]} />);
+  const errors = (gpu: string, x: Record<string, Err>) => FIGURES.map(([k]) => (gpu === CPU
+    ? <td key={k} className="muted" data-testid={`calibration-error-${gpu}-${k}`}>{NO_CPU_PREDICTION}</td>
+    : <ErrCell key={k} e={x[k]} />));
   return (
     <div data-testid="calibration-page">
       <div className="card">
@@ -39,10 +45,10 @@ export function CalibrationPage() {
           <tbody>
             {cal.by_gpu.map((g) => (
               <tr key={g.gpu} data-testid={`calibration-gpu-${g.gpu}`}>
-                <td>{g.gpu}</td><td>{g.n}</td>{errors(g.errors as unknown as Record<string, Err>)}
+                <td>{g.gpu === CPU ? "CPU ranks" : g.gpu}</td><td>{g.n}</td>{errors(g.gpu, g.errors as unknown as Record<string, Err>)}
                 {FIGURES.map(([k]) => {
                   const c = (g.correction as unknown as Record<string, Corr>)[k];
-                  return <td key={k} data-testid={`correction-${g.gpu}-${k}`}>{c ? `×${c.factor.toFixed(3)} (residual ${(100 * c.residual).toFixed(1)}%, n=${c.n})` : "too few points"}</td>;
+                  return <td key={k} data-testid={`correction-${g.gpu}-${k}`}>{g.gpu === CPU ? NO_CPU_PREDICTION : c ? `×${c.factor.toFixed(3)} (residual ${(100 * c.residual).toFixed(1)}%, n=${c.n})` : "too few points"}</td>;
                 })}
               </tr>
             ))}
@@ -52,34 +58,42 @@ export function CalibrationPage() {
       </div>
       <div className="card" data-testid="calibration-by-features">
         <h3>Per feature set</h3>
+        <div className="table-wrap">
         <table className="table">
           <thead><tr><th>GPU</th><th>features</th><th>points</th>{FIGURES.map(([, l]) => <th key={l}>{l} error</th>)}</tr></thead>
           <tbody>
             {cal.by_features.map((f) => (
-              <tr key={f.gpu + f.features}><td>{f.gpu}</td><td className="mono">{f.features}</td><td>{f.n}</td>{errors(f.errors as unknown as Record<string, Err>)}</tr>
+              <tr key={f.gpu + f.features}><td>{f.gpu === CPU ? "CPU ranks" : f.gpu}</td><td className="mono">{f.features}</td><td>{f.n}</td>{errors(f.gpu, f.errors as unknown as Record<string, Err>)}</tr>
             ))}
           </tbody>
         </table>
+        </div>
       </div>
       <div className="card" data-testid="calibration-points">
         <h3>Predicted vs measured</h3>
         {!cal.points.length ? <div className="muted" data-testid="calibration-empty">No finished run or gpu-check row yet.</div> : (
+          <div className="table-wrap">
           <table className="table">
             <thead><tr><th>source</th><th>GPU × n</th><th>seq_len</th><th>features</th>
               <th>allocated (pred / meas)</th><th>reserved</th><th>device total</th><th>tokens/s</th></tr></thead>
             <tbody>
-              {cal.points.map((p) => (
-                <tr key={p.id} data-testid={`calibration-point-${p.id}`}>
-                  <td>{p.run_id ? <a href={`#/runs/${p.run_id}`}>{p.source_ref}</a> : p.source_ref}</td>
-                  <td>{p.gpu} × {p.world}</td><td>{fmtSeq(p.seq_len)}</td><td className="mono">{p.features}</td>
-                  <td>{fmtGiB(p.predicted_peak_allocated_gib)} / {fmtGiB(p.measured_peak_allocated_gib)}</td>
-                  <td>{fmtGiB(p.predicted_reserved_gib)} / {fmtGiB(p.measured_reserved_gib)}</td>
-                  <td>{fmtGiB(p.predicted_device_total_gib)} / {fmtGiB(p.measured_device_total_gib)}</td>
-                  <td>{fmtNum(p.predicted_tokens_per_s)} / {fmtNum(p.measured_tokens_per_s)}</td>
-                </tr>
-              ))}
+              {cal.points.map((p) => {
+                const cpu = p.gpu === CPU;
+                const pred = (v: number | null | undefined, f: (x: number | null | undefined) => string) => (cpu ? NO_CPU_PREDICTION : f(v));
+                return (
+                  <tr key={p.id} data-testid={`calibration-point-${p.id}`} data-device={cpu ? CPU : "gpu"}>
+                    <td>{p.run_id ? <a href={`#/runs/${p.run_id}`}>{p.source_ref}</a> : p.source_ref}</td>
+                    <td>{cpu ? `CPU ranks × ${p.world}` : `${p.gpu} × ${p.world}`}</td><td>{fmtSeq(p.seq_len)}</td><td className="mono">{p.features}</td>
+                    <td>{pred(p.predicted_peak_allocated_gib, fmtGiB)} / {fmtGiB(p.measured_peak_allocated_gib)}</td>
+                    <td>{pred(p.predicted_reserved_gib, fmtGiB)} / {fmtGiB(p.measured_reserved_gib)}</td>
+                    <td>{pred(p.predicted_device_total_gib, fmtGiB)} / {fmtGiB(p.measured_device_total_gib)}</td>
+                    <td data-testid={`calibration-point-${p.id}-tokens`}>{pred(p.predicted_tokens_per_s, (v) => fmtNum(v))} / {fmtNum(p.measured_tokens_per_s)}</td>
+                  </tr>
+                );
+              })}
             </tbody>
           </table>
+          </div>
         )}
       </div>
     </div>

@@ -16,6 +16,40 @@ function flatten(obj: unknown, prefix = "", out: Record<string, string> = {}): R
   return out;
 }
 
+/** Each attempt's effective plan (a resume may change the learning rate or schedule); the live or queued attempt, not
+ * recorded yet, reads the run's current plan. */
+function attemptPlans(run: Run): { attempt: number; spec: unknown }[] {
+  const kept = (run.attempts ?? []).flatMap((a) => (a.spec ? [{ attempt: a.attempt, spec: a.spec as unknown }] : []));
+  return kept.some((a) => a.attempt === run.attempt) ? kept : [...kept, { attempt: run.attempt, spec: run.spec }];
+}
+
+/** The fields in which a run's attempts differ, one column per attempt. */
+function AttemptDiff({ run }: { run: Run }) {
+  const plans = attemptPlans(run);
+  if (plans.length < 2) return null;
+  const flats = plans.map((p) => flatten(p.spec));
+  const keys = [...new Set(flats.flatMap((f) => Object.keys(f)))].sort();
+  const rows = keys.map((k) => ({ k, vals: flats.map((f) => f[k] ?? "–") })).filter((row) => new Set(row.vals).size > 1);
+  return (
+    <div className="card">
+      <h3>Attempts of #{run.id} {run.name}</h3>
+      <div className="scroll-x">
+        <table className="table" data-testid={`attempt-diff-${run.id}`} data-rows={rows.length}>
+          <thead><tr><th>field</th>{plans.map((p) => <th key={p.attempt}>attempt {p.attempt}</th>)}</tr></thead>
+          <tbody>
+            {rows.map((row) => (
+              <tr key={row.k} data-testid={`attempt-diff-${run.id}-${row.k}`}>
+                <td className="mono">{row.k}</td>{row.vals.map((v, i) => <td key={i} className="mono">{v}</td>)}
+              </tr>
+            ))}
+          </tbody>
+        </table>
+        {rows.length === 0 ? <div className="muted">Every attempt ran the same plan.</div> : null}
+      </div>
+    </div>
+  );
+}
+
 /** Overlay one metric across runs; per-rank metrics show the highest rank value at each step. */
 async function loadMetric(id: number, name: string): Promise<Series> {
   const r = await unwrap(client.GET("/api/runs/{run_id}/metrics", { params: { path: { run_id: id }, query: { name, points: 1000 } } }));
@@ -134,6 +168,7 @@ export function Compare({ ids }: { ids: number[] }) {
           {runs.length < 2 ? <div className="muted" data-testid="compare-hint">Pick two or more runs above.</div> : null}
         </div>
       </div>
+      {runs.map((r) => <AttemptDiff key={r.id} run={r} />)}
     </div>
   );
 }

@@ -57,7 +57,7 @@ const COLS: Col[] = [
   { key: "sp", label: "sp", value: (r) => r.spec?.parallel?.sp_size ?? 0, cls: "opt" },
   { key: "progress", label: "progress", value: (r) => (totalSteps(r) ? (r.last_step ?? 0) / totalSteps(r) : 0) },
   { key: "loss", label: "final loss", value: (r) => r.final_loss ?? Infinity, cls: "opt" },
-  { key: "tps", label: "tokens/s", value: (r, tps) => tps ?? r.estimate?.throughput?.tokens_per_s ?? 0, cls: "opt2" },
+  { key: "tps", label: "tokens/s", value: (r, tps) => tps ?? (r.device === "cpu" ? 0 : r.estimate?.throughput?.tokens_per_s ?? 0), cls: "opt2" },
   { key: "started", label: "started", value: (r) => r.started_at ?? r.created_at, cls: "opt2" },
   { key: "duration", label: "duration", value: (r) => (r.started_at ? (r.finished_at ? parseTime(r.finished_at) : Date.now()) - parseTime(r.started_at) : -1), cls: "opt" },
 ];
@@ -71,6 +71,9 @@ type RowProps = {
  * unchanged answer) leaves the row, and the button under the pointer, as they are. */
 const RunRow = memo(function RunRow({ run: r, selected, tps, tpsError, onToggle, onChange }: RowProps) {
   const steps = totalSteps(r);
+  // the open ones (the last attempt's, that stopped nothing) stand in the state badge
+  const open = new Set((r.open_alerts ?? []).map((a) => `${a.attempt}:${a.kind}`));
+  const closed = (r.alerts ?? []).filter((a) => !open.has(`${a.attempt}:${a.kind}`));
   return (
     <tr data-testid={`run-row-${r.id}`} data-state={r.state}>
       <td className="sel"><input type="checkbox" aria-label={`select run ${r.id}`} data-testid={`select-${r.id}`} checked={selected} onChange={() => onToggle(r.id)} /></td>
@@ -78,8 +81,8 @@ const RunRow = memo(function RunRow({ run: r, selected, tps, tpsError, onToggle,
       <td className="name"><a href={`#/runs/${r.id}`} data-testid={`run-link-${r.id}`}>{r.name || "(unnamed)"}</a>
         {(r.tags ?? []).map((t) => <span key={t} className="badge" data-testid={`run-tag-${r.id}-${t}`}>{t}</span>)}</td>
       <td><StateBadge run={r} testid={`run-state-${r.id}`} />
-        {(r.alerts ?? []).length ? <span className="badge bad" data-testid={`run-alert-badge-${r.id}`} title={(r.alerts ?? []).map((a) => a.message).join("\n")}>
-          {(r.alerts ?? []).map((a) => a.kind.replace("_", " ")).join(", ")}</span> : null}
+        {closed.length ? <span className="badge bad" data-testid={`run-alert-badge-${r.id}`} title={closed.map((a) => a.message).join("\n")}>
+          {closed.map((a) => a.kind.replace("_", " ")).join(", ")}</span> : null}
       </td>
       <td className="opt">{model(r)}</td>
       <td className="opt">{r.device === "cpu" ? `CPU ranks × ${gpus(r)}` : `${gpuName(r.spec?.hardware?.gpu)} × ${gpus(r)}`}</td>
@@ -93,7 +96,7 @@ const RunRow = memo(function RunRow({ run: r, selected, tps, tpsError, onToggle,
       </td>
       <td className="opt" data-testid={`run-loss-${r.id}`}>{r.final_loss != null ? fmtValue(r.final_loss) : "–"}</td>
       <td className="opt2" data-testid={`run-tps-${r.id}`} title={tpsError || "last measured; ≈ = the planner's prediction"}>
-        {tps != null ? fmtNum(tps) : `≈${fmtNum(r.estimate?.throughput?.tokens_per_s)}`}</td>
+        {tps != null ? fmtNum(tps) : r.device === "cpu" ? "no CPU prediction" : `≈${fmtNum(r.estimate?.throughput?.tokens_per_s)}`}</td>
       <td className="opt2">{fmtTime(r.started_at)}</td>
       <td className="opt">{fmtDuration(r.started_at, r.finished_at)}</td>
       <td><RunActions run={r} onChange={onChange} compact /></td>

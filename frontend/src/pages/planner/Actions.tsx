@@ -42,11 +42,12 @@ function download(name: string, text: string | Blob): void {
   URL.revokeObjectURL(url);
 }
 
-/** Several nodes: each node's Accelerate YAML and torchrun line (MAIN_NODE_IP is node 0's address, filled once). */
+/** Several nodes: each node's Accelerate YAML and torchrun line (the main node's address comes from the environment
+ * or the command line; no file holds it). */
 function PerNode({ yamls, lines }: { yamls: string[]; lines: string[] }) {
   return (
     <div data-testid="export-per-node">
-      <div className="muted small">Set MAIN_NODE_IP to node 0's address (export MAIN_NODE_IP=… on every node; in the YAML files, replace it).</div>
+      <div className="muted small">By hand: export MAIN_NODE_IP (node 0's address) on every node; accelerate launch takes it as --main_process_ip. The sbatch script reads it from Slurm.</div>
       {lines.map((line, i) => (
         <div key={i}>
           <h4>node {i}</h4>

@@ -81,13 +81,13 @@ export function ProbePanel({ plan, valid }: { plan: Plan | null; valid: boolean 
         <div data-testid="probe-result">
           <div className={result.verdict.fits === false ? "field-error" : ""} data-testid="probe-verdict"><b>{result.verdict.text}</b></div>
           <table className="table small">
-            <thead><tr><th></th><th>measured ({result.plan_depth} layers)</th><th>predicted</th></tr></thead>
+            <thead><tr><th></th><th>measured on {result.device === "cuda" ? "the plan's GPUs" : "CPU ranks"} ({result.plan_depth} layers)</th><th>predicted</th></tr></thead>
             <tbody>
               {ROWS.map(([k, label]) => (
                 <tr key={k} data-testid={`probe-row-${k}`}>
                   <td>{label}</td>
                   <td>{fmt(result.extrapolated[k])} <span className="muted">{result.source[k] ?? ""}</span></td>
-                  <td>{fmt(result.predicted[k])}{range(result.predicted[`${k}_range`])}</td>
+                  <td>{result.device === "cuda" ? <>{fmt(result.predicted[k])}{range(result.predicted[`${k}_range`])}</> : "no CPU prediction"}</td>
                 </tr>
               ))}
             </tbody>

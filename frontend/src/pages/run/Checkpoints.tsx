@@ -3,13 +3,14 @@ import { useState } from "react";
 import { CheckpointDownload } from "../../components/CheckpointDownload";
 import { client, unwrap, unwrapRun, type Run } from "../../lib/api";
 import { can, useAuth } from "../../lib/auth";
-import { fmtGiB, fmtTime } from "../../lib/format";
+import { fmtGiB, fmtTime, fmtValue } from "../../lib/format";
 import { isUnfinished } from "../../lib/states";
 import type { components } from "../../lib/schema";
 
 type RetryIn = components["schemas"]["RetryIn"];
 
-/** The checkpoints on disk, newest first: Retry resumes a failed or stopped run from the newest, "resume from here"
+/** The checkpoints on disk, those from before a divergence first (each group newest first), the ones whose step's loss
+ * had diverged (a stop's) labelled so: Retry resumes a failed or stopped run from the newest, "resume from here"
  * from the one chosen (its newer checkpoints are moved aside, not deleted). */
 export function Checkpoints({ run, onChange }: { run: Run; onChange: (r: Run) => void }) {
   const { identity } = useAuth();
@@ -46,15 +47,18 @@ export function Checkpoints({ run, onChange }: { run: Run; onChange: (r: Run) =>
   const error = resume.error?.message ?? "";
   return (
     <div className="card" data-testid="run-checkpoints">
-      <h3>Checkpoints <span className="muted small">(newest first; Retry resumes from the newest)</span></h3>
+      <h3>Checkpoints <span className="muted small">(from before a divergence first; Retry resumes from the newest)</span></h3>
       <table className="table">
-        <thead><tr><th>stage</th><th>step</th><th>size</th><th>saved</th><th></th></tr></thead>
+        <thead><tr><th>stage</th><th>step</th><th>loss</th><th>size</th><th>saved</th><th></th></tr></thead>
         <tbody>
           {rows.map((c) => {
             const ref = `${c.stage}/checkpoint-${c.step}`;
             return (
-              <tr key={ref} data-testid={`checkpoint-${c.stage}-${c.step}`}>
-                <td>{c.stage}</td><td>{c.step}</td><td>{fmtGiB(c.bytes / 2 ** 30)}</td><td>{fmtTime(c.saved_at)}</td>
+              <tr key={ref} data-testid={`checkpoint-${c.stage}-${c.step}`} data-diverged={c.diverged ? "1" : "0"}>
+                <td>{c.stage}</td>
+                <td>{c.step}{c.diverged ? <span className="badge warn" data-testid={`checkpoint-diverged-${c.stage}-${c.step}`}> diverged</span> : null}</td>
+                <td>{c.loss == null ? "–" : fmtValue(c.loss)}</td>
+                <td>{fmtGiB(c.bytes / 2 ** 30)}</td><td>{fmtTime(c.saved_at)}</td>
                 <td>
                   {c.complete !== false ? <CheckpointDownload runId={run.id} stage={c.stage} step={c.step} /> : null}{" "}
                   {retryable && c.complete !== false && asking !== ref ? (
@@ -65,6 +69,7 @@ export function Checkpoints({ run, onChange }: { run: Run; onChange: (r: Run) =>
                   {asking === ref ? (
                     <span className="confirm" data-testid={`resume-confirm-${c.stage}-${c.step}`}>
                       A new attempt resumes from step {c.step}; newer checkpoints are moved aside.
+                      {c.diverged ? " Its loss had diverged: the divergence rule holds the new attempt to the run's lowest loss before it." : null}
                       <label className="field inline"><span className="field-label">learning rate</span>
                         <input data-testid="resume-lr" value={lr} onChange={(e) => setLr(e.target.value)} /></label>
                       <label className="field inline"><span className="field-label">schedule</span>
