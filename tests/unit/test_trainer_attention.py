@@ -19,7 +19,6 @@ from worker.trainer.attention import (
     documents,
     flash_flattened,
     install_document_attention,
-    sdpa_by_document,
 )
 from worker.trainer.data import pack_documents
 
@@ -116,14 +115,26 @@ def test_no_s_by_s_tensor_at_a_long_sequence(restore_attention, max_doc):
 
 
 def _flash_like(module, query, key, value, attention_mask, *args, **kwargs):
-    """Transformers' flash path as it decides (modeling_flash_attention_utils._is_packed_sequence): varlen from
-    position_ids only at batch size 1, plain causal attention otherwise; computed here with per-document sdpa."""
+    """Transformers' flash path as it decides (modeling_flash_attention_utils._flash_attention_forward): varlen from
+    given cu_seq_lens / max_length, else from position_ids only at batch size 1, else plain causal attention;
+    computed here with sdpa over each varlen segment."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    if query.shape[0] == 1:
-        return sdpa_by_document(sdpa_attention_forward)(module, query, key, value, None, *args, **kwargs)
+    cu = kwargs.pop("cu_seq_lens_q", None)
+    longest = kwargs.pop("max_length_q", None)
+    for k in ("cu_seq_lens_k", "max_length_k"):
+        kwargs.pop(k, None)
+    if cu is None and query.shape[0] == 1:  # Transformers' own: cu_seqlens from position_ids
+        pos = kwargs["position_ids"][0]
+        cu = torch.cat([(pos == 0).nonzero().flatten(), torch.tensor([pos.shape[0]])])
     kwargs.pop("position_ids", None)
-    return sdpa_attention_forward(module, query, key, value, None, *args, **kwargs)
+    if cu is None:
+        return sdpa_attention_forward(module, query, key, value, None, *args, **kwargs)
+    cu = cu.tolist()
+    assert longest is None or longest == max(b - a for a, b in zip(cu, cu[1:])), (longest, cu)
+    pieces = [sdpa_attention_forward(module, query[:, :, a:b], key[:, :, a:b], value[:, :, a:b], None, *args,
+                                     **kwargs)[0] for a, b in zip(cu, cu[1:])]
+    return torch.cat(pieces, dim=1), None
 
 
 def test_flash_keeps_documents_apart_at_micro_batch_above_one(restore_attention):

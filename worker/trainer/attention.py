@@ -10,9 +10,11 @@ Under Ulysses that mask is even built for each rank's shard and then thrown away
   memory-efficient kernel on CUDA, the blocked CPU kernel on CPU); a row with one document is a single `is_causal`
   call. The layout comes from the host-side batch (sp_trainer.collate_packed), so no layer reads position_ids back
   from the device. The mask builder for "sdpa" answers None, so Transformers never allocates one.
-- flash_attention_2 / 3: Transformers already runs flash varlen from position_ids (cu_seqlens where they restart)
-  but only at batch size 1 (`_is_packed_sequence`); `flash_flattened` flattens a micro batch of b rows into one
-  row of b*S tokens, so documents stay apart at any micro batch size (every packed row starts at position 0).
+- flash_attention_2 / 3: Transformers runs flash varlen from position_ids (cu_seqlens where they restart) but only
+  at batch size 1 (`_is_packed_sequence`), and finds them on the device in every layer (a read-back each);
+  `flash_flattened` flattens a micro batch of b rows into one row of b*S tokens and hands flash varlen the
+  layout's cu_seqlens and longest document, so documents stay apart at any micro batch size and no layer reads the
+  device back.
 
 Both are installed under the implementation's own name before Ulysses registers (DeepSpeed wraps whatever
 ALL_ATTENTION_FUNCTIONS holds then), so the same code runs with and without sequence parallelism. Document starts
@@ -79,10 +81,21 @@ class DocumentLayout:
         real = np.concatenate([lengths, np.zeros(rows - self.documents, dtype=lengths.dtype)])  # fillers: none
         # the slots holding tokens, in token order (documents are laid out in order, each from its first token)
         self.keep = np.flatnonzero(slots[None, :] < real[:, None])
+        # flash varlen over the b*S tokens as one row: document boundaries and the longest document
+        self.cu_seqlens = np.append(first, b * s).astype(np.int32)
+        self.longest = int(lengths.max())
         self._on: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._cu_on: dict[torch.device, torch.Tensor] = {}
 
     def __getstate__(self):  # travels between ranks (Ulysses' data adapter) without its device tensors
-        return {**self.__dict__, "_on": {}}
+        return {**self.__dict__, "_on": {}, "_cu_on": {}}
+
+    def varlen(self, device: torch.device) -> dict:
+        """Transformers' flash varlen keyword arguments (FlashAttentionKwargs) for the micro batch as one row."""
+        if device not in self._cu_on:
+            self._cu_on[device] = torch.from_numpy(self.cu_seqlens).to(device, non_blocking=True)
+        cu = self._cu_on[device]
+        return {"cu_seq_lens_q": cu, "cu_seq_lens_k": cu, "max_length_q": self.longest, "max_length_k": self.longest}
 
     def tensors(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         if device not in self._on:
@@ -154,18 +167,19 @@ def sdpa_by_document(inner):
 
 def flash_flattened(inner):
     """Wrap Transformers' flash attention function: a micro batch of b packed rows runs as one row of b*S tokens,
-    so flash varlen (cu_seqlens from position_ids) separates the documents."""
+    with flash varlen's cu_seqlens and longest document handed over from the host-side layout (Transformers' own
+    path finds them from position_ids, reading the device back in every layer)."""
 
     def attention(module, query, key, value, attention_mask, *args, **kwargs):
         pos = kwargs.get("position_ids")
         b, s = query.shape[0], query.shape[2]
-        if b == 1 or attention_mask is not None or pos is None or pos.shape[-1] != s:
+        if attention_mask is not None or pos is None or s <= 1 or pos.shape[-1] != s:
             return inner(module, query, key, value, attention_mask, *args, **kwargs)
 
         def flat(x):  # [b, heads, s, d] -> [1, heads, b*s, d], row-major over (b, s)
             return x.transpose(0, 1).reshape(1, x.shape[1], b * s, x.shape[3])
 
-        kwargs["position_ids"] = pos.reshape(1, b * s)
+        kwargs.update(LAYOUT(pos).varlen(query.device), position_ids=pos.reshape(1, b * s))
         out, weights = inner(module, flat(query), flat(key), flat(value), None, *args, **kwargs)
         return out.reshape(b, s, *out.shape[2:]), weights
 
