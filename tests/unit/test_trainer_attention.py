@@ -75,12 +75,31 @@ def test_the_layout_finds_documents_as_transformers_does_and_pads_them_to_one_le
     layout = DocumentLayout(pos.numpy())
     assert layout.documents == 4
     assert not layout.single
-    assert layout.index.shape == (4, 16)  # every document padded to bucket_length(6) slots
+    [(index, keep)] = layout.groups  # one call
+    assert index.shape == (4, 16)  # every document padded to bucket_length(6) slots
     # each document's slots: its tokens (flat index row * 6 + t), then its last token repeated
-    assert layout.index[:, :7].tolist() == [[0, 1, 2, 2, 2, 2, 2], [3, 4, 4, 4, 4, 4, 4], [5] * 7,
-                                            [6, 7, 8, 9, 10, 11, 11]]
-    assert (layout.index.reshape(-1)[layout.keep] == range(12)).all()  # every token once, in order
+    assert index[:, :7].tolist() == [[0, 1, 2, 2, 2, 2, 2], [3, 4, 4, 4, 4, 4, 4], [5] * 7, [6, 7, 8, 9, 10, 11, 11]]
+    assert (index.reshape(-1)[keep] == range(12)).all()  # every token once, in order
     assert DocumentLayout(torch.arange(8).reshape(1, 8).numpy()).single
+
+
+def test_one_long_document_among_many_short_ones_splits_by_octave(restore_attention):
+    """A 2048-token row of one 1500-token document and 27 short ones: one padded call would hold 32 x 1536 slots
+    (24 x the tokens); by octave of length it holds under 3 x, in a few calls, and the loss is still Transformers'
+    masked sdpa's."""
+    lengths = [1500] + [20] * 27 + [2048 - 1500 - 20 * 27]
+    pos = torch.cat([torch.arange(n) for n in lengths]).unsqueeze(0)
+    layout = DocumentLayout(pos.numpy())
+    assert 1 < len(layout.groups) <= 4
+    assert sum(index.size for index, _ in layout.groups) <= 3 * 2048
+    model = tiny_model()
+    ids = torch.randint(0, 256, (1, 2048), generator=torch.Generator().manual_seed(0))
+    batch = {"input_ids": ids, "position_ids": pos, "labels": torch.where(pos == 0, -100, ids)}
+    want = loss(model, batch).item()
+    install_document_attention("sdpa", model.config)
+    with documents(layout):
+        got = loss(model, batch).item()
+    assert abs(got - want) <= 1e-5 * abs(want), (got, want)
 
 
 def test_bucket_lengths_are_few_and_pad_at_most_a_quarter():

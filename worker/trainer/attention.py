@@ -51,16 +51,36 @@ def bucket_length(n: int, smallest: int = 16) -> int:
     return -(-n // step) * step
 
 
+# Slots of one padded call per token beyond which the documents are split by octave of their length: one long
+# document among many short ones would otherwise multiply the call's memory and work by up to the document count.
+# The one-call layouts measured fastest held 2.2 to 2.5 slots per token (bench/results/packed-attention-cpu.md).
+MAX_PADDING = 4.0
+
+
+def _padded(first: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Documents (flat first token, length) padded to one length: the [rows, L] token index of every slot (padding
+    repeats the document's last token; filler rows repeat token 0) and the flat slots that hold a document's own
+    tokens, in document order."""
+    size, rows = bucket_length(int(lengths.max())), bucket_length(len(first), smallest=1)
+    slots = np.arange(size)
+    index = np.minimum(first[:, None] + slots, (first + lengths - 1)[:, None])
+    index = np.concatenate([index, np.zeros((rows - len(first), size), dtype=index.dtype)])
+    real = np.concatenate([lengths, np.zeros(rows - len(first), dtype=lengths.dtype)])
+    return index, np.flatnonzero(slots[None, :] < real[:, None])
+
+
 class DocumentLayout:
     """Where the documents of a packed micro batch lie, found on the host from its position_ids (numpy or a CPU
-    tensor: nothing is read back from a device), and the index tensors that lay them out for one attention call.
+    tensor: nothing is read back from a device), and the index tensors that lay them out for attention.
 
     Every document is padded to one length L, `bucket_length` of the longest, and the micro batch's documents become
     one [n, heads, L, d] `is_causal` call (n, the document count, rounded up the same way with filler rows: so L
     and n take few values and a new document length rarely brings a new kernel shape). A document's padding comes
-    after its last token, so causal attention never lets a real query see it, and its rows are dropped. The index
-    tensors are made once per micro batch and device; every layer and the backward reuse them. The method was
-    chosen by measurement among FlexAttention, nested jagged tensors and padding (bench/packed_attention.py,
+    after its last token, so causal attention never lets a real query see it, and its rows are dropped. Where that
+    call would hold more than MAX_PADDING slots per token (one long document among many short ones), the documents
+    are split by octave of their length instead, if that holds fewer: one call per octave present. The
+    index tensors are made once per micro batch and device; every layer and the backward reuse them. The method
+    was chosen by measurement among FlexAttention, nested jagged tensors and padding (bench/packed_attention.py,
     bench/results/packed-attention-cpu.md)."""
 
     def __init__(self, position_ids):
@@ -73,18 +93,19 @@ class DocumentLayout:
         lengths = np.diff(np.append(first, b * s))
         self.documents = len(first)
         self.single = self.documents == b  # one document per row: plain causal attention
-        size = bucket_length(int(lengths.max()))
-        rows = bucket_length(self.documents, smallest=4)
-        slots = np.arange(size)
-        index = np.minimum(first[:, None] + slots, (first + lengths - 1)[:, None])  # padding repeats the last token
-        self.index = np.concatenate([index, np.zeros((rows - self.documents, size), dtype=index.dtype)])
-        real = np.concatenate([lengths, np.zeros(rows - self.documents, dtype=lengths.dtype)])  # fillers: none
-        # the slots holding tokens, in token order (documents are laid out in order, each from its first token)
-        self.keep = np.flatnonzero(slots[None, :] < real[:, None])
+        self.groups = [_padded(first, lengths)]
+        if self.groups[0][0].size > MAX_PADDING * b * s:
+            octave = np.array([(int(n) - 1).bit_length() for n in lengths])
+            by_octave = [_padded(first[octave == o], lengths[octave == o]) for o in np.unique(octave)]
+            if sum(index.size for index, _ in by_octave) < self.groups[0][0].size:
+                self.groups = by_octave
+        # where each group's kept tokens go: none to reorder with one group (its documents are in token order)
+        order = np.concatenate([index.reshape(-1)[keep] for index, keep in self.groups])
+        self.inverse = None if len(self.groups) == 1 else np.argsort(order)
         # flash varlen over the b*S tokens as one row: document boundaries and the longest document
         self.cu_seqlens = np.append(first, b * s).astype(np.int32)
         self.longest = int(lengths.max())
-        self._on: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._on: dict[torch.device, tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor | None]] = {}
         self._cu_on: dict[torch.device, torch.Tensor] = {}
 
     def __getstate__(self):  # travels between ranks (Ulysses' data adapter) without its device tensors
@@ -97,23 +118,31 @@ class DocumentLayout:
         cu = self._cu_on[device]
         return {"cu_seq_lens_q": cu, "cu_seq_lens_k": cu, "max_length_q": self.longest, "max_length_k": self.longest}
 
-    def tensors(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    def tensors(self, device: torch.device) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor | None]:
         if device not in self._on:
-            self._on[device] = (torch.from_numpy(self.index).to(device, non_blocking=True),
-                                torch.from_numpy(self.keep).to(device, non_blocking=True))
+            def put(a: np.ndarray) -> torch.Tensor:
+                return torch.from_numpy(a).to(device, non_blocking=True)
+
+            self._on[device] = ([(put(i), put(k)) for i, k in self.groups],
+                                None if self.inverse is None else put(self.inverse))
         return self._on[device]
 
     def attend(self, attention: Callable[..., torch.Tensor], query, key, value) -> torch.Tensor:
-        """`attention(q, k, v)` ([n, heads, L, d] each, `is_causal`, returning [n, L, heads, d]) over every document
-        at once; returns [batch, S, heads, d] in the tokens' order."""
-        index, keep = self.tensors(query.device)
+        """`attention(q, k, v)` ([n, heads, L, d] each, `is_causal`, returning [n, L, heads, d]) over the documents,
+        one call per group (one group but for skewed lengths); returns [batch, S, heads, d] in the tokens' order."""
+        groups, inverse = self.tensors(query.device)
         b, s = self.shape
 
-        def take(x):  # [b, heads, s, d] -> [n, heads, L, d]
-            return x.transpose(0, 1).reshape(x.shape[1], b * s, x.shape[3])[:, index].transpose(0, 1)
+        def flat(x):  # [b, heads, s, d] -> [heads, b*s, d]
+            return x.transpose(0, 1).reshape(x.shape[1], b * s, x.shape[3])
 
-        out = attention(take(query), take(key), take(value))
-        return out.reshape(-1, *out.shape[2:]).index_select(0, keep).reshape(b, s, *out.shape[2:])
+        q, k, v = flat(query), flat(key), flat(value)
+        pieces = []
+        for index, keep in groups:
+            out = attention(*(x[:, index].transpose(0, 1) for x in (q, k, v)))  # [n, heads, L, d] in
+            pieces.append(out.reshape(-1, *out.shape[2:]).index_select(0, keep))  # [tokens, heads, d]
+        out = pieces[0] if inverse is None else torch.cat(pieces).index_select(0, inverse)
+        return out.reshape(b, s, *out.shape[1:])
 
 
 class _CurrentLayout:
