@@ -31,13 +31,13 @@ def main() -> None:
     from accelerate.parallelism_config import ParallelismConfig
     from accelerate.utils import DeepSpeedPlugin, DeepSpeedSequenceParallelConfig
     from torch.utils.data import DataLoader
-    from transformers import default_data_collator, get_scheduler
+    from transformers import get_scheduler
 
     from plan.launch import deepspeed_config_resolved, effective_attn, parallelism
-    from worker.trainer.attention import install_document_attention
+    from worker.trainer.attention import documents, install_document_attention
     from worker.trainer.data import load_stage_rows
     from worker.trainer.model import build_model, enable_tiled_mlp
-    from worker.trainer.sp_trainer import PackedRows
+    from worker.trainer.sp_trainer import PackedRows, collate_packed
     from worker.trainer.spec import RunSpec, load_plan
     from worker.trainer.train import setup_distributed
 
@@ -75,7 +75,7 @@ def main() -> None:
     # batches dealt round-robin over all ranks (what data.step_row lays the rows out for, and what the Trainer's
     # loader does); Accelerate's own sharding under a ParallelismConfig mesh does not split them here
     mine = list(range(rank * spec.micro_batch_size, len(dataset), world * spec.micro_batch_size))
-    dl = DataLoader(dataset, batch_size=spec.micro_batch_size, collate_fn=default_data_collator,
+    dl = DataLoader(dataset, batch_size=spec.micro_batch_size, collate_fn=collate_packed,
                     sampler=[i + e for i in mine for e in range(spec.micro_batch_size) if i + e < len(dataset)])
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     # the data loader on its own, then the Ulysses adapter, as the Trainer does (trainer.py): Accelerate then deals
@@ -101,11 +101,12 @@ def main() -> None:
         scale = dp / int(n.item())
         part = torch.zeros((), dtype=torch.float64)
         for b in micro:
-            logits = model(input_ids=b["input_ids"], position_ids=b["position_ids"], use_cache=False).logits.float()
-            labels = b["shift_labels"].to(logits.device)
-            loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1),
-                                                     ignore_index=-100, reduction="sum") * scale
-            accelerator.backward(loss)
+            with documents(b["documents"]):  # the micro batch's document layout, found on the host (train.py's)
+                logits = model(input_ids=b["input_ids"], position_ids=b["position_ids"], use_cache=False).logits.float()
+                labels = b["shift_labels"].to(logits.device)
+                loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1),
+                                                         ignore_index=-100, reduction="sum") * scale
+                accelerator.backward(loss)
             part += loss.detach().double().cpu() / dp
         optimizer.step()
         scheduler.step()

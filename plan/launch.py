@@ -130,7 +130,12 @@ def deepspeed_config(data: Any) -> dict:
         "zero_force_ds_cpu_optimizer": True,
         "zero_allow_untested_optimizer": True,
         "steps_per_print": 10**9,
+        # no timer may synchronize the device inside a step: the per-phase breakdown is off, and the throughput
+        # timer (on and synchronizing by default: deepspeed/utils/config.py DeepSpeedThroughputTimerConfig, read
+        # under "timers" / "throughput"; engine.py starts it in forward and stops it in step) is off; the trainer
+        # times its own phases with CUDA events (worker/trainer/phases.py)
         "wall_clock_breakdown": False,
+        "timers": {"throughput": {"enabled": False, "synchronized": False}},
     }
     # the dtype of the gradient reduction under sequence parallelism (DeepSpeed's key; it applies it when sp > 1)
     config["seq_parallel_communication_data_type"] = t.seq_parallel_communication_data_type
@@ -198,6 +203,9 @@ def training_arguments(plan: Plan, stage: StagePlan, cuda: bool) -> dict:
         "activation_checkpointing": t.activation_checkpointing,
         "activation_checkpointing_kwargs": {"use_reentrant": False} if t.activation_checkpointing else None,
         "use_cpu": not cuda,
+        # the Trainer's NaN filter reads every micro batch's loss on the host (torch.isnan(...) in a condition): a
+        # device sync in the middle of the step; the trainer reports the step's loss itself (sp_trainer.py)
+        "logging_nan_inf_filter": False,
     }
 
 

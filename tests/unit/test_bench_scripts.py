@@ -77,3 +77,12 @@ def test_corpus_consistency_prints_every_pair_and_the_fp32_buffer_what_if():
     assert "HF-4g-sp4-32K-mem" in rows
     assert len(rows) == sum(1 for r in read_corpus() if r["regime"] == "ulysses"
                             and r["quantity"] in ("reserved", "allocated"))
+
+
+def test_packed_attention_prints_a_row_per_method():
+    text = run_bench("packed_attention.py", "--seq", "256", "--steps", "2")
+    for method in ("loop", "buckets", "padded", "dense-mask"):
+        assert re.search(rf"^{method}\s+\|\s+\d+ \|\s+[\d.]+ \|\s+[\d.]+ \|\s+[\d.e+-]+$", text, re.M), (method, text)
+    assert re.search(r"^padded\s+\|\s+1 \|", text, re.M), text  # the trainer's: one call
+    for method in ("flex", "nested"):  # no CPU backward / no causal nested path in this torch: said, not hidden
+        assert re.search(rf"^{method}\s+\| (cannot train here: .+|\s*\d+ \|.*)$", text, re.M), (method, text)

@@ -44,6 +44,25 @@ def test_deepspeed_config_follows_the_plan():
     assert ds["train_batch_size"] == "auto"
 
 
+def test_no_deepspeed_timer_synchronizes_the_device_inside_a_step():
+    """Read by DeepSpeed's own config readers: the throughput timer (on and synchronizing unless the config says
+    otherwise) and the per-phase wall-clock breakdown are off; and the Trainer's NaN filter, which reads every micro
+    batch's loss on the host, is off."""
+    from deepspeed.runtime.config import get_wall_clock_breakdown
+    from deepspeed.utils.config import get_timers_config
+
+    for z in (0, 2, 3):
+        ds = deepspeed_config(plan(zero_stage=z, offload_optimizer=False, offload_params=False))
+        timer = get_timers_config(ds)
+        assert timer.enabled is False
+        assert timer.synchronized is False
+        assert get_wall_clock_breakdown(ds) is False
+    from plan import validate
+
+    p = validate({**plan(), "run": {"steps": 2, "data": {"path": "d.txt"}, "model_path": "m"}}).spec.plan
+    assert training_arguments(p, p.stages()[0], cuda=True)["logging_nan_inf_filter"] is False
+
+
 def test_sp_by_dp_gives_accelerate_the_data_parallel_degree():
     # Accelerate's train_batch_size is micro x accum x dp_shard_size; DeepSpeed's micro x accum x world / sp
     par = parallelism(plan())

@@ -91,7 +91,11 @@ class StepMetricsCallback(TrainerCallback):
         wrapped = getattr(self.trainer.accelerator, "deepspeed_engine_wrapped", None)
         if wrapped is not None:  # backward_s and optimizer_s (phases.py); forward_s: UlyssesTrainer.compute_loss
             time_engine(wrapped.engine, self.trainer.phases)
-        self.trainer.take_step_phases()  # the step starts here: nothing before it counts
+        self.trainer.take_step_phases()  # nothing before the first step counts
+
+    def on_step_begin(self, args, state, control, **kw):
+        """The timed step runs from here (its micro batches fetched) to on_step_end: what runs between two steps (a
+        checkpoint save, the states gather, an evaluation, this callback's own gather) is not in either."""
         self._start(self.step_offset + state.global_step + 1)
 
     def on_save(self, args, state, control, **kw):
@@ -143,7 +147,6 @@ class StepMetricsCallback(TrainerCallback):
         if not stop and self.evaluate_every and step % self.evaluate_every[0] == 0:
             self.evaluate_every[1](step)  # every rank, in step (collectives inside)
         self.last_overhead = time.perf_counter() - t_enter
-        self._start(step + 1)
         return control
 
     def _record(self, step: int, loss: float, table: torch.Tensor, mem: dict) -> dict:

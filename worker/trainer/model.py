@@ -56,12 +56,9 @@ def enable_tiled_mlp(model) -> int:
     from deepspeed.runtime.sequence_parallel.ulysses_sp import TiledMLP
 
     def tiled_forward(self, x):
-        seqlen, hidden = x.shape[-2], x.shape[-1]
-        shards = torch.tensor(max(1, math.ceil(seqlen / hidden)), device=x.device)
-        if torch.distributed.is_initialized():  # every rank must use the same count (collectives inside ZeRO-3)
-            torch.distributed.all_reduce(shards, op=torch.distributed.ReduceOp.MAX)
         params = [self.down_proj.weight, self.gate_proj.weight, self.up_proj.weight]
-        return TiledMLP.apply(lambda mlp, shard: mlp._ulab_untiled_forward(shard), self, x, int(shards.item()), params)
+        return TiledMLP.apply(lambda mlp, shard: mlp._ulab_untiled_forward(shard), self, x,
+                              mlp_shards(x.shape[-2], x.shape[-1]), params)
 
     n = 0
     for module in model.modules():
@@ -73,6 +70,14 @@ def enable_tiled_mlp(model) -> int:
     if n == 0:
         raise ValueError("training.tiled_mlp: this model has no gated MLP (gate_proj/up_proj/down_proj) to tile")
     return n
+
+
+def mlp_shards(seqlen: int, hidden: int) -> int:
+    """Sequence shards of a TiledMLP call: ceil(seqlen / hidden), DeepSpeed's rule (TiledMLP.tiled_mlp_forward).
+    Every rank must use the same count (ZeRO-3 gathers inside each shard); the count depends only on the shapes,
+    which every rank of a step shares (packed rows are seq_len long; Ulysses shards them equally), so no rank asks
+    the others and nothing is read back from the device."""
+    return max(1, math.ceil(seqlen / hidden))
 
 
 def checkpoint_offloader(enabled: bool):
@@ -92,7 +97,8 @@ def checkpoint_offloader(enabled: bool):
 
 def loss_shards(tokens: int, vocab: int) -> int:
     """Shards of the tiled logits loss: ALST's (ArcticTraining) about 1 GiB of fp32 logits each, the planner's
-    rule and constant (plan.memory.tiled_loss_shard_tokens, TILED_LOSS_SHARD_BYTES), read at call time."""
+    rule and constant (plan.memory.tiled_loss_shard_tokens, TILED_LOSS_SHARD_BYTES), read at call time. Like
+    `mlp_shards`, a function of the shapes: every rank gets the same count without asking the others."""
     from plan import memory
 
     return max(1, math.ceil(tokens / max(1, memory.TILED_LOSS_SHARD_BYTES // (4 * vocab))))
@@ -129,11 +135,7 @@ class TiledLossHead(torch.nn.Module):
 
         labels, scale, head, upcast = self.labels, self.scale, self.head, self.upcast
         bs, seqlen = hidden.shape[:2]
-        shards = loss_shards(bs * seqlen, head.out_features)
-        if torch.distributed.is_initialized():
-            t = torch.tensor(shards, device=hidden.device)
-            torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
-            shards = int(t.item())
+        shards = loss_shards(bs * seqlen, head.out_features)  # the same on every rank: from the shapes alone
 
         def shard_loss(hidden, labels):
             return token_loss_sum(head(hidden), labels, upcast) * scale

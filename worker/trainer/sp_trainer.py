@@ -18,8 +18,9 @@ from collections.abc import Sized
 
 import torch
 from torch.utils.data import Dataset, SequentialSampler
-from transformers import Trainer
+from transformers import Trainer, default_data_collator
 
+from .attention import DocumentLayout, documents
 from .data import step_row
 from .model import checkpoint_offloader, token_loss_sum
 from .phases import PhaseTimer
@@ -59,6 +60,16 @@ class PackedRows(Dataset):
         return {k: torch.from_numpy(v[r].copy()) for k, v in self.rows.items()}
 
 
+def collate_packed(features: list[dict]) -> dict:
+    """Transformers' default collation plus the micro batch's `DocumentLayout`, found here on the host from the rows'
+    position_ids (CPU tensors), so attention never reads them back from the device. Under Ulysses, DeepSpeed's data
+    adapter hands every non-tensor entry of a rank's batch to the SP group (all_gather_object) unsharded: each micro
+    batch keeps the layout of its whole rows."""
+    batch = default_data_collator(features)
+    batch["documents"] = DocumentLayout(batch["position_ids"].numpy())
+    return batch
+
+
 class UlyssesTrainer(Trainer):
     loss_is_scaled_for_ga = True
 
@@ -93,6 +104,7 @@ class UlyssesTrainer(Trainer):
         self.step_loss: torch.Tensor | None = None  # this rank's share of the step's loss (on its device)
         self.step_tokens = 0  # input tokens this rank processed in the step (its shards)
         self.step_targets = 0  # N of the step (whole world)
+        self.grad_norm: torch.Tensor | float | None = None  # this step's, on the device until the step ends
         self.last_grad_norm: float | None = None
         self.last_lr: float | None = None
         self.loss_sum, self.loss_steps = 0.0, 0  # the steps' whole losses L, as StepMetricsCallback gathers them
@@ -179,13 +191,25 @@ class UlyssesTrainer(Trainer):
         return (loss, outputs) if return_outputs else loss
 
     def training_step(self, model, inputs, num_items_in_batch=None):
-        with self.offload:
+        # the layout serves this micro batch's forward and its backward (activation checkpointing recomputes)
+        with self.offload, documents(inputs.get("documents")):
             return super().training_step(model, inputs, num_items_in_batch)
 
+    def _clip_grad_norm(self, model):
+        wrapped = getattr(self.accelerator, "deepspeed_engine_wrapped", None)
+        if wrapped is None:
+            return super()._clip_grad_norm(model)
+        # DeepSpeed clipped inside its step (the config's gradient_clipping); its norm stays on the device here
+        # (Accelerate's getter reads it back, before the Trainer's optimizer step)
+        return wrapped.engine.get_global_grad_norm()
+
     def _get_grad_norm(self, model, grad_norm=None):
-        g = super()._get_grad_norm(model, grad_norm=grad_norm)
-        self.last_grad_norm = float(g) if g is not None else None
-        return g
+        wrapped = getattr(self.accelerator, "deepspeed_engine_wrapped", None)
+        if grad_norm is None:
+            grad_norm = (wrapped.engine.get_global_grad_norm() if wrapped is not None
+                         else super()._get_grad_norm(model))
+        self.grad_norm = grad_norm  # read after the step, with the step's other figures (take_step_figures)
+        return grad_norm
 
     def _get_learning_rate(self):
         lr = super()._get_learning_rate()
@@ -200,9 +224,13 @@ class UlyssesTrainer(Trainer):
         super().log(logs, start_time)
 
     def take_step_figures(self) -> tuple[float, int]:
+        """This rank's share of the step's loss and its tokens, read once the optimizer step is done (the grad norm is
+        read here too, not before the optimizer step where the Trainer computes it)."""
         loss, tokens = (float(self.step_loss) if self.step_loss is not None else 0.0), self.step_tokens
         self.step_loss = None
         self.step_tokens = 0
+        g, self.grad_norm = self.grad_norm, None
+        self.last_grad_norm = float(g) if g is not None else None
         return loss, tokens
 
     def take_step_phases(self) -> dict[str, float]:

@@ -129,9 +129,9 @@ def run_stage(spec, run_dir: Path, stage_index: int, *, resume_from: Path | None
     rule did)."""
     from accelerate.parallelism_config import ParallelismConfig
     from accelerate.utils import DeepSpeedSequenceParallelConfig
-    from transformers import TrainingArguments, default_data_collator
+    from transformers import TrainingArguments
 
-    from .sp_trainer import PackedRows, UlyssesTrainer
+    from .sp_trainer import PackedRows, UlyssesTrainer, collate_packed
     from .states import StatesCallback
 
     stage = spec.stages[stage_index]
@@ -170,7 +170,7 @@ def run_stage(spec, run_dir: Path, stage_index: int, *, resume_from: Path | None
     if not install_document_attention(attn, model.config) and rank == 0 and stage_index == 0:
         print(f"attention: {attn} with Transformers' own masks (a sliding-window model or a kernel without "
               "document support)", flush=True)
-    trainer = UlyssesTrainer(model=model, args=args, train_dataset=dataset, data_collator=default_data_collator,
+    trainer = UlyssesTrainer(model=model, args=args, train_dataset=dataset, data_collator=collate_packed,
                              sp_size=spec.sp_size, zero_stage=spec.zero_stage,
                              tiled_logits=spec.tiled_logits_loss, checkpoint_offload=spec.checkpoint_offload,
                              first_step=steps_done if resume_from else 0, upcast_logits=spec.upcast_logits,
