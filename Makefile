@@ -159,6 +159,8 @@ gpu-check:
 # commands appending to one CSV (suite; ulysses and sweep; probe), and the CSV. DeepSpeed's ops build into a folder of its
 # own: a build another checkout killed in the shared ~/.cache/torch_extensions leaves a lock every later build waits on.
 REHEARSAL := var/rehearsal
+# the window's budget on CPU: the parts' planned CPU seconds (bench/gpu_check_window.py) with room for a busy machine
+WINDOW_CPU_BUDGET_S ?= 2400
 gpu-rehearsal: install
 	@set -e; mkdir -p $(REHEARSAL); \
 	export TORCH_EXTENSIONS_DIR=$(CURDIR)/$(REHEARSAL)/torch_extensions; \
@@ -185,6 +187,13 @@ gpu-rehearsal: install
 	echo "== part probe (tiny models at 1, 2, 4 layers, one launch each; the 8-layer one on to its full depth)"; \
 	$(REHEARSAL)/check-venv/bin/python bench/gpu_check.py --cpu --parts probe --out $(REHEARSAL)/out --t0 $$t0 --budget-s 3600 --min-row-s 20 --run-timeout-s 480; \
 	echo "== the CSV"; cut -d, -f1-10 $(REHEARSAL)/out/cpu-rehearsal-*.csv; \
+	echo "== the window: docs/gpu-check.md's one call (install included), every part at CPU sizes, one tar back"; \
+	rm -rf $(REHEARSAL)/window-out; \
+	TORCH_PYTHON=$(REHEARSAL)/machine/bin/python GPU_VENV=$(REHEARSAL)/check-venv bash scripts/gpu_wheels.sh window \
+	  $(REHEARSAL)/wheels --cpu --out $(REHEARSAL)/window-out --budget-s $(WINDOW_CPU_BUDGET_S); \
+	ls $(REHEARSAL)/window-out; test "$$(ls $(REHEARSAL)/window-out)" = "$$(ls $(REHEARSAL)/window-out/*.tar.gz | xargs -n1 basename)"; \
+	if tar -xOzf $(REHEARSAL)/window-out/*.tar.gz --wildcards '*/window.log' | grep 'skipped (time budget)'; then \
+	  echo "FAILED: the rehearsal's budget left a part out"; exit 1; fi; \
 	echo "gpu-rehearsal: passed in $$(( $$(date +%s) - t0 )) s after the machine venv"
 
 clean:
