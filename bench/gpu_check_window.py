@@ -103,10 +103,12 @@ class Window:
 
     # --- the parts' runners -------------------------------------------------------------------------------------
     def bench(self, name: str, script: str, args: list[str], planned: float, env: dict | None = None) -> str:
-        """A bench script in its own process (its device memory freed after it): OUT/<name>.json and .log."""
+        """A kernel bench in its own process (its device memory freed after it; `--cpu` off CUDA): OUT/<name>.json
+        and .log."""
+        return self.script(name, script, [*args, *([] if self.cuda else ["--cpu"])], planned, env)
+
+    def script(self, name: str, script: str, args: list[str], planned: float, env: dict | None = None) -> str:
         cmd = [sys.executable, str(ROOT / "bench" / script), "--json", str(self.dir / f"{name}.json"), *args]
-        if not self.cuda:
-            cmd.append("--cpu")
         env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), **(env or {})}
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env,
@@ -192,25 +194,25 @@ class Window:
             args = ["--cuda", "--seq-len", "8192", "--model", json.dumps(SUITE_MODEL)]
         else:
             args = ["--seq-len", "256"]
-        return self.bench("peer", "peer_alst.py", [*args, "--pairs", "1", "--steps", str(TRAINER_STEPS),
-                                                   "--timeout", str(planned)], planned)
+        return self.script("peer", "peer_alst.py", [*args, "--pairs", "1", "--steps", str(TRAINER_STEPS),
+                                                    "--timeout", str(planned)], planned)
 
     # --- the plan -----------------------------------------------------------------------------------------------
     def parts(self) -> list[Part]:
         cuda = self.cuda
         first = "the first window (one H100): suite rows 25-36 s each, a row here is two of them"
-        out = [Part(r.name, 75, 240, lambda r=r: self.ulysses(r), first)
+        out = [Part(r.name, 75, 150, lambda r=r: self.ulysses(r), first)
                for r in self.ulysses_rows()]
         out += [
             Part("smi", 5, 5, self.smi, "estimate"),
             Part("sdpa", 40, 60, lambda: self.bench("sdpa", "sdpa_backends.py", [], self.planned("sdpa")),
                  "estimate (unmeasured on a GPU)"),
-            Part("sdpa-cudnn-off", 15, 30, lambda: self.bench("sdpa-cudnn-off", "sdpa_backends.py", ["--picks-only"],
+            Part("sdpa-cudnn-off", 15, 45, lambda: self.bench("sdpa-cudnn-off", "sdpa_backends.py", ["--picks-only"],
                                                               self.planned("sdpa-cudnn-off"), CUDNN_OFF),
                  "estimate (unmeasured on a GPU)"),
             Part("gemm", 25, 20, lambda: self.bench("gemm", "gemm_tflops.py", [], self.planned("gemm")),
                  "10 s sustained + start (unmeasured on a GPU)"),
-            Part("plain-loop", 60, 90, lambda: self.bench("plain-loop", "plain_loop.py", [],
+            Part("plain-loop", 60, 120, lambda: self.bench("plain-loop", "plain_loop.py", [],
                                                           self.planned("plain-loop")),
                  "estimate (unmeasured on a GPU)"),
         ]
@@ -230,14 +232,14 @@ class Window:
         sweep = ("the first window: ~1B sweep rows at 16K 84-94 s with 2 steps; 4 more at ~1.8 s (its 13% MFU); "
                  "an estimate")
         suite = "the first window: suite rows 25-36 s with 4 steps"
-        rows = [(big_row("plain"), 100, 120, sweep), (small_row(True, False), 40, 90, suite),
-                (small_row(False, False), 40, 90, suite), (small_row(False, True), 40, 90, suite),
-                (small_row(True, True), 40, 90, suite)]
+        rows = [(big_row("plain"), 100, 150, sweep), (small_row(True, False), 40, 150, suite),
+                (small_row(False, False), 40, 150, suite), (small_row(False, True), 40, 150, suite),
+                (small_row(True, True), 40, 150, suite)]
         out += [Part(r.name, g, c, lambda r=r: self.trainer_row(r), s) for r, g, c, s in rows]
-        out.append(Part("peer", 80, 200, lambda: self.peer(self.planned("peer")),
+        out.append(Part("peer", 80, 240, lambda: self.peer(self.planned("peer")),
                         "estimate: two SP=2 launches of the ~150M at 8K (unmeasured on a GPU)"))
         r = big_row("tiled")
-        out.append(Part(r.name, 100, 120, lambda: self.trainer_row(r), sweep))
+        out.append(Part(r.name, 100, 150, lambda: self.trainer_row(r), sweep))
         for p in out:
             p.planned_s = p.planned_gpu_s if cuda else p.planned_cpu_s
         return [p for p in out if not (self.a.skip and re.search(self.a.skip, p.name))]
