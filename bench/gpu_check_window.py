@@ -236,7 +236,7 @@ class Window:
                 (small_row(False, False), 40, 150, suite), (small_row(False, True), 40, 150, suite),
                 (small_row(True, True), 40, 150, suite)]
         out += [Part(r.name, g, c, lambda r=r: self.trainer_row(r), s) for r, g, c, s in rows]
-        out.append(Part("peer", 80, 240, lambda: self.peer(self.planned("peer")),
+        out.append(Part("peer", 80, 300, lambda: self.peer(self.planned("peer")),
                         "estimate: two SP=2 launches of the ~150M at 8K (unmeasured on a GPU)"))
         r = big_row("tiled")
         out.append(Part(r.name, 100, 150, lambda: self.trainer_row(r), sweep))
