@@ -39,6 +39,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from worker.trainer.phases import PHASES  # noqa: E402  (the trainer's split of a step; the peer's is the same)
+
 TINY = {"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
         "num_key_value_heads": 2, "intermediate_size": 688, "vocab_size": 4096, "max_position_embeddings": 8192}
 TARGET_RATIO, TARGET_LOSS = 1.05, 1e-5
@@ -63,11 +65,20 @@ def peer_rank(plan: Path, run_dir: Path) -> None:
         sp_group = groups._get_sequence_parallel_group()
     unwrapped = accelerator.unwrap_model(model)
     model.train()
-    losses, times = [], []
+    losses, times, marks = [], [], []
+
+    def mark():  # a point in the step: CUDA events (read after the loop, no sync inside it), else the clock
+        if s.device != "cuda":
+            return time.perf_counter()
+        e = torch.cuda.Event(enable_timing=True)
+        e.record()
+        return e
+
     batches = iter(dl)
     for _ in range(s.stage.steps):
         t0 = time.perf_counter()
         optimizer.zero_grad()
+        m0 = mark()
         batch = {k: v.to(s.on) for k, v in next(batches).items()}
         outputs = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"], use_cache=False)
         shift_labels = batch["shift_labels"] if "shift_labels" in batch else torch.nn.functional.pad(
@@ -80,18 +91,28 @@ def peer_rank(plan: Path, run_dir: Path) -> None:
             good_per_rank = torch.distributed.nn.functional.all_gather(good_tokens, group=sp_group)
             total = sum(losses_per_rank[r] * good_per_rank[r] for r in range(sp_size) if good_per_rank[r] > 0)
             loss = total / max(sum(good_per_rank), 1)
+        m1 = mark()
         accelerator.backward(loss)
+        m2 = mark()
         optimizer.step()
         scheduler.step()
+        marks.append((m0, m1, m2, mark()))
         losses.append(loss.detach())
         if s.device == "cuda":
             torch.cuda.synchronize()  # the step's kernels, as the trainer's step clock waits for them
         times.append(time.perf_counter() - t0)
-    slowest = torch.tensor(times, dtype=torch.float64, device=s.on)
+    def seconds(a, b) -> float:
+        return a.elapsed_time(b) / 1000 if s.device == "cuda" else b - a
+
+    # per step: the step, then forward (with the loss), backward and optimizer as the trainer's phases split it
+    table = [[t, seconds(m[0], m[1]), seconds(m[1], m[2]), seconds(m[2], m[3])] for t, m in zip(times, marks)]
+    slowest = torch.tensor(table, dtype=torch.float64, device=s.on)
     torch.distributed.all_reduce(slowest, op=torch.distributed.ReduceOp.MAX)
     if s.rank == 0:
+        cols = slowest.cpu().T.tolist()
         (run_dir / "peer.json").write_text(json.dumps({
-            "losses": [float(x) for x in torch.stack(losses).double().cpu()], "step_times": slowest.cpu().tolist()}))
+            "losses": [float(x) for x in torch.stack(losses).double().cpu()], "step_times": cols[0],
+            **dict(zip(PHASES, cols[1:]))}))
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
 
@@ -124,6 +145,7 @@ def ours(tmp: Path, name: str, plan: Path, a: argparse.Namespace) -> dict:
     m = [json.loads(x) for x in (rd / "metrics.jsonl").read_text().splitlines() if x.strip()]
     timing = [json.loads(x) for x in (rd / "stage_timings.jsonl").read_text().splitlines()]
     return {"losses": [x["loss"] for x in m], "step_times": [x["step_time_s"] for x in m],
+            **{k: [x.get(k) for x in m] for k in PHASES},
             "per_step_s": sum(t["after_first_step_s"] for t in timing) / (a.steps - 1), "data": rd / "data"}
 
 
@@ -167,8 +189,11 @@ def compare(a: argparse.Namespace) -> dict:
                       "loss_rel_diff": max(diffs)})
     whole = statistics.median(x["ours"]["per_step_s"] / x["peer"]["per_step_s"] for x in pairs)
     later = [s["ratio"] for s in steps[1:]] or [steps[0]["ratio"]]
+    phases = {side: {k: statistics.median(v for x in pairs for v in x[side][k][1:] if v is not None) for k in PHASES}
+              for side in ("ours", "peer")}
     return {"seq_len": a.seq_len, "steps": steps, "pairs": len(pairs), "median_ratio": statistics.median(later),
             "whole_run_ratio": whole, "worst_loss_rel_diff": max(s["loss_rel_diff"] for s in steps),
+            "phases_after_first": phases,
             "ours_per_step_s": statistics.median(x["ours"]["per_step_s"] for x in pairs),
             "peer_per_step_s": statistics.median(x["peer"]["per_step_s"] for x in pairs)}
 
@@ -189,6 +214,9 @@ def print_table(r: dict, a: argparse.Namespace) -> None:
           f"{'OK' if ok_ratio else 'MISSED'}; whole run per step after step 1 (callbacks included): ours "
           f"{1000 * r['ours_per_step_s']:.1f} ms, peer {1000 * r['peer_per_step_s']:.1f} ms, "
           f"{r['whole_run_ratio']:.3f}x")
+    print("medians after step 1, ms (forward with the loss / backward / optimizer): " + "; ".join(
+        f"{side} " + " / ".join(f"{1000 * r['phases_after_first'][side][k]:.1f}" for k in PHASES)
+        for side in ("ours", "peer")))
     print(f"largest relative loss difference {r['worst_loss_rel_diff']:.2e}, target <= {TARGET_LOSS:g}: "
           f"{'OK' if ok_loss else 'MISSED'}")
 
