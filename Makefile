@@ -156,7 +156,9 @@ gpu-check:
 # folder prepared for its
 # Python; the check venv installed from that folder with no index (scripts/gpu_wheels.sh install, versions
 # asserted); gpu_check without torch and with --require-cuda (both must fail); then every part in CPU mode, in three
-# commands appending to one CSV (suite; ulysses and sweep; probe), and the CSV. DeepSpeed's ops build into a folder of its
+# commands appending to one CSV (suite; ulysses and sweep; probe), and the CSV; last, the window's one call as
+# docs/gpu-check.md gives it (scripts/gpu_wheels.sh window, --cpu), which must run every part within its budget and
+# bring back one tar. DeepSpeed's ops build into a folder of its
 # own: a build another checkout killed in the shared ~/.cache/torch_extensions leaves a lock every later build waits on.
 REHEARSAL := var/rehearsal
 # the window's budget on CPU: the parts' planned CPU seconds (bench/gpu_check_window.py) with room for a busy machine
