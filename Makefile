@@ -158,9 +158,13 @@ gpu-check:
 # folder prepared for its
 # Python; the check venv installed from that folder with no index (scripts/gpu_wheels.sh install, versions
 # asserted); gpu_check without torch and with --require-cuda (both must fail); then every part in CPU mode, in three
-# commands appending to one CSV (suite; ulysses and sweep; probe), and the CSV. DeepSpeed's ops build into a folder of its
+# commands appending to one CSV (suite; ulysses and sweep; probe), and the CSV; last, the window's one call as
+# docs/gpu-check.md gives it (scripts/gpu_wheels.sh window, --cpu), which must run every part within its budget and
+# bring back one tar. DeepSpeed's ops build into a folder of its
 # own: a build another checkout killed in the shared ~/.cache/torch_extensions leaves a lock every later build waits on.
 REHEARSAL := var/rehearsal
+# the window's budget on CPU: the parts' planned CPU seconds (bench/gpu_check_window.py) with room for a busy machine
+WINDOW_CPU_BUDGET_S ?= 2400
 gpu-rehearsal: install
 	@set -e; mkdir -p $(REHEARSAL); \
 	export TORCH_EXTENSIONS_DIR=$(CURDIR)/$(REHEARSAL)/torch_extensions; \
@@ -187,6 +191,13 @@ gpu-rehearsal: install
 	echo "== part probe (tiny models at 1, 2, 4 layers, one launch each; the 8-layer one on to its full depth)"; \
 	$(REHEARSAL)/check-venv/bin/python bench/gpu_check.py --cpu --parts probe --out $(REHEARSAL)/out --t0 $$t0 --budget-s 3600 --min-row-s 20 --run-timeout-s 480; \
 	echo "== the CSV"; cut -d, -f1-10 $(REHEARSAL)/out/cpu-rehearsal-*.csv; \
+	echo "== the window: docs/gpu-check.md's one call (install included), every part at CPU sizes, one tar back"; \
+	rm -rf $(REHEARSAL)/window-out; \
+	TORCH_PYTHON=$(REHEARSAL)/machine/bin/python GPU_VENV=$(REHEARSAL)/check-venv bash scripts/gpu_wheels.sh window \
+	  $(REHEARSAL)/wheels --cpu --out $(REHEARSAL)/window-out --budget-s $(WINDOW_CPU_BUDGET_S); \
+	ls $(REHEARSAL)/window-out; test "$$(ls $(REHEARSAL)/window-out)" = "$$(ls $(REHEARSAL)/window-out/*.tar.gz | xargs -n1 basename)"; \
+	if tar -xOzf $(REHEARSAL)/window-out/*.tar.gz --wildcards '*/window.log' | grep 'skipped (time budget)'; then \
+	  echo "FAILED: the rehearsal's budget left a part out"; exit 1; fi; \
 	echo "gpu-rehearsal: passed in $$(( $$(date +%s) - t0 )) s after the machine venv"
 
 clean:

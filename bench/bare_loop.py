@@ -20,6 +20,74 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
+class Setup:
+    """What `ulab train` builds for a run directory, built the same way without the Trainer: the run spec, the
+    rank layout, the Accelerator (ParallelismConfig with the DeepSpeed SP backend and the run's DeepSpeed config),
+    the model (the run's seed, attention, tiling and checkpointing), AdamW with its schedule, and a data loader
+    over the stage's packed rows dealt round-robin over all ranks. bench/peer_alst.py builds its peer from it."""
+
+    def __init__(self, plan: Path, run_dir: Path, *, document_attention: bool = True):
+        import torch
+        from accelerate import Accelerator
+        from accelerate.parallelism_config import ParallelismConfig
+        from accelerate.utils import DeepSpeedPlugin, DeepSpeedSequenceParallelConfig
+        from torch.utils.data import DataLoader
+        from transformers import default_data_collator, get_scheduler
+
+        from plan.launch import deepspeed_config_resolved, effective_attn, parallelism
+        from worker.trainer.attention import install_document_attention
+        from worker.trainer.data import load_stage_rows
+        from worker.trainer.model import build_model, enable_tiled_mlp
+        from worker.trainer.sp_trainer import PackedRows, collate_packed
+        from worker.trainer.spec import RunSpec, load_plan
+        from worker.trainer.train import setup_distributed
+
+        self.spec = spec = RunSpec.from_plan(load_plan(plan))
+        self.rank, self.world, self.device = setup_distributed()
+        cuda = self.device == "cuda"
+        attn = effective_attn(spec.plan, cuda=cuda)
+        self.stage = stage = spec.stages[0]
+        par = parallelism(spec.spec, stage.seq_len, cuda=cuda)
+        self.parallelism_config = ParallelismConfig(
+            sp_backend=par["sp_backend"], sp_size=par["sp_size"], dp_shard_size=par["dp_shard_size"],
+            sp_handler=DeepSpeedSequenceParallelConfig(sp_seq_length=par["sp_seq_length"],
+                                                       sp_seq_length_is_variable=par["sp_seq_length_is_variable"],
+                                                       sp_attn_implementation=attn))
+        self.accelerator = Accelerator(parallelism_config=self.parallelism_config, deepspeed_plugin=DeepSpeedPlugin(
+            hf_ds_config=deepspeed_config_resolved(spec.spec)))
+        self.model = model = build_model(spec, attn)
+        if document_attention:  # packed documents attend within themselves, as in train.py
+            install_document_attention(attn, model.config)
+        if spec.tiled_mlp:
+            enable_tiled_mlp(model)
+        if spec.activation_checkpointing:
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        run = spec.run
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=stage.learning_rate, weight_decay=run.weight_decay,
+                                           fused=True)
+        self.scheduler = get_scheduler(stage.lr_scheduler, self.optimizer, num_warmup_steps=stage.warmup_steps,
+                                       num_training_steps=stage.steps)
+        rows = load_stage_rows(run_dir, 0)
+        if spec.run.eval_rows:
+            rows = {k: v[:-spec.run.eval_rows] for k, v in rows.items()}
+        samples_per_step = spec.micro_batch_size * spec.grad_accum * spec.dp_size
+        unit = spec.world_size * spec.micro_batch_size
+        length = -(-(stage.steps * samples_per_step) // unit) * unit
+        dataset = PackedRows(rows, offset=0, length=length, sp=spec.sp_size, dp=spec.dp_size,
+                             grad_accum=spec.grad_accum, micro_batch=spec.micro_batch_size)
+        # batches dealt round-robin over all ranks (what data.step_row lays the rows out for, and what the Trainer's
+        # loader does); Accelerate's own sharding under a ParallelismConfig mesh does not split them here
+        mb, world = spec.micro_batch_size, self.world
+        mine = list(range(self.rank * mb, len(dataset), world * mb))
+        # the trainer's collator carries each micro batch's document layout (found on the host) where documents
+        # attend within themselves; the peer's rows are one document each and take the plain collator
+        collate = collate_packed if document_attention else default_data_collator
+        self.loader = DataLoader(dataset, batch_size=mb, collate_fn=collate,
+                                 sampler=[i + e for i in mine for e in range(mb) if i + e < len(dataset)])
+        # NCCL reduces device tensors only (gloo, on CPU ranks or ranks sharing a GPU, takes either)
+        self.on = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--plan", required=True, type=Path)
@@ -27,64 +95,18 @@ def main() -> None:
     a = ap.parse_args()
 
     import torch
-    from accelerate import Accelerator
-    from accelerate.parallelism_config import ParallelismConfig
-    from accelerate.utils import DeepSpeedPlugin, DeepSpeedSequenceParallelConfig
-    from torch.utils.data import DataLoader
-    from transformers import get_scheduler
 
-    from plan.launch import deepspeed_config_resolved, effective_attn, parallelism
-    from worker.trainer.attention import documents, install_document_attention
-    from worker.trainer.data import load_stage_rows
-    from worker.trainer.model import build_model, enable_tiled_mlp
-    from worker.trainer.sp_trainer import PackedRows, collate_packed
-    from worker.trainer.spec import RunSpec, load_plan
-    from worker.trainer.train import setup_distributed
+    from worker.trainer.attention import documents
 
-    spec = RunSpec.from_plan(load_plan(a.plan))
-    rank, world, device = setup_distributed()
-    attn = effective_attn(spec.plan, cuda=device == "cuda")
-    stage = spec.stages[0]
-    par = parallelism(spec.spec, stage.seq_len, cuda=device == "cuda")
-    pc = ParallelismConfig(sp_backend=par["sp_backend"], sp_size=par["sp_size"], dp_shard_size=par["dp_shard_size"],
-                           sp_handler=DeepSpeedSequenceParallelConfig(
-                               sp_seq_length=par["sp_seq_length"],
-                               sp_seq_length_is_variable=par["sp_seq_length_is_variable"],
-                               sp_attn_implementation=attn))
-    accelerator = Accelerator(parallelism_config=pc,
-                              deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=deepspeed_config_resolved(spec.spec)))
-    model = build_model(spec, attn)
-    install_document_attention(attn, model.config)  # packed documents attend within themselves, as in train.py
-    if spec.tiled_mlp:
-        enable_tiled_mlp(model)
-    if spec.activation_checkpointing:
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-    run = spec.run
-    optimizer = torch.optim.AdamW(model.parameters(), lr=stage.learning_rate, weight_decay=run.weight_decay,
-                                  fused=True)
-    scheduler = get_scheduler(stage.lr_scheduler, optimizer, num_warmup_steps=stage.warmup_steps,
-                              num_training_steps=stage.steps)
-    rows = load_stage_rows(a.run_dir, 0)
-    if spec.run.eval_rows:
-        rows = {k: v[:-spec.run.eval_rows] for k, v in rows.items()}
-    samples_per_step = spec.micro_batch_size * spec.grad_accum * spec.dp_size
-    unit = spec.world_size * spec.micro_batch_size
-    length = -(-(stage.steps * samples_per_step) // unit) * unit
-    dataset = PackedRows(rows, offset=0, length=length, sp=spec.sp_size, dp=spec.dp_size,
-                         grad_accum=spec.grad_accum, micro_batch=spec.micro_batch_size)
-    # batches dealt round-robin over all ranks (what data.step_row lays the rows out for, and what the Trainer's
-    # loader does); Accelerate's own sharding under a ParallelismConfig mesh does not split them here
-    mine = list(range(rank * spec.micro_batch_size, len(dataset), world * spec.micro_batch_size))
-    dl = DataLoader(dataset, batch_size=spec.micro_batch_size, collate_fn=collate_packed,
-                    sampler=[i + e for i in mine for e in range(spec.micro_batch_size) if i + e < len(dataset)])
-    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    s = Setup(a.plan, a.run_dir)
+    spec, stage, accelerator, rank, world, device, on = (s.spec, s.stage, s.accelerator, s.rank, s.world, s.device,
+                                                           s.on)
+    model, optimizer, scheduler = accelerator.prepare(s.model, s.optimizer, s.scheduler)
     # the data loader on its own, then the Ulysses adapter, as the Trainer does (trainer.py): Accelerate then deals
     # batches round-robin over all ranks, the order data.step_row lays the rows out for
-    dl = accelerator.deepspeed_ulysses_dl_adapter(accelerator.prepare(dl), model)
+    dl = accelerator.deepspeed_ulysses_dl_adapter(accelerator.prepare(s.loader), model)
     dp = world // spec.sp_size
     model.train()
-    # NCCL reduces device tensors only (gloo, on CPU ranks or ranks sharing a GPU, takes either)
-    on = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
     losses, norms, step_times, reduce_s = [], [], [], 0.0
     batches = iter(dl)
     t_train = time.perf_counter()

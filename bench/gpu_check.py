@@ -2,7 +2,8 @@
 
 Not part of `make test`. Exits 2 when torch cannot be imported; 2 with `--require-cuda` and no CUDA device; without
 CUDA and without `--cpu` it prints "no CUDA device: GPU check skipped" and exits 0. docs/gpu-check.md has the
-commands for a GPU machine lent for 30 minutes, `make gpu-rehearsal` runs all of this on CPU ranks (`--cpu`).
+commands for a GPU machine lent for 30 minutes; a 15-minute window is one call of bench/gpu_check_window.py, which
+runs some of these rows beside the kernel benches. `make gpu-rehearsal` runs all of this on CPU ranks (`--cpu`).
 
 Parts (`--parts`, default all; `--only REGEX` / `--skip REGEX` filter rows by name; `--list` prints the rows):
   suite    one device: ZeRO-2, ZeRO-3, every ALST feature (ZeRO-3 + optimizer and parameter offload with

@@ -36,6 +36,7 @@ class Row:
     gas: int = 1
     one_document: bool = False
     run: dict = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)  # added to the trainer's environment (e.g. a torch switch)
     estimate: dict | None = None
 
     @property

@@ -22,6 +22,9 @@ from worker.trainer.offload_summary import LINE
 from worker.trainer.offload_summary import read_lines as read_offload_lines
 
 ROOT = Path(__file__).resolve().parents[1]
+# each step's figures kept in OUT/*.steps.jsonl (the trainer's metrics records; the phases are worker/trainer/phases.py)
+STEP_FIELDS = ("step", "loss", "step_time_s", "forward_s", "backward_s", "optimizer_s", "metrics_overhead_s",
+               "tokens_per_s", "mfu")
 
 
 def row_status(code: int, outcome: Outcome | None) -> str:
@@ -74,19 +77,22 @@ class Check:
         t = {"seq_len": r.seq_len, "micro_batch_size": 1, "grad_accum": r.gas, "dtype": "bf16" if self.cuda else
              "fp32", "zero_stage": 2, "activation_checkpointing": False, "attn_implementation": self.attn}
         t.update(r.training)
-        data = self.one_document_rows(r.seq_len) if r.one_document else self.data
+        data = self.one_document_rows(r.seq_len, r.steps * r.gas * (r.gpus // r.sp)) if r.one_document else self.data
         return {"model": {"config": dict(r.model)},
                 "hardware": {"gpu": self.gpu, "gpus_per_node": r.gpus, "num_nodes": 1},
                 "parallel": {"sp_size": r.sp, "dp_size": r.gpus // r.sp}, "training": t,
                 "run": {"steps": r.steps, "learning_rate": 1e-4, "seed": 0, "data": {"path": str(data)},
                         "model_path": None, "checkpoint_every": 0, **r.run}}
 
-    def one_document_rows(self, seq_len: int) -> Path:
-        """Documents of seq_len - 1 bytes: with EOS, each packed row is exactly one document."""
-        path = self.work / f"docs-{seq_len}.txt"
-        return path if path.exists() else write_long_documents(path, doc_len=seq_len - 1, total=4 * seq_len)
+    def one_document_rows(self, seq_len: int, rows: int) -> Path:
+        """Documents of seq_len - 1 bytes: with EOS, each packed row is exactly one document. `rows` the run
+        trains on, and a few more."""
+        n = max(4, rows + 2)
+        path = self.work / f"docs-{seq_len}-{n}.txt"
+        return path if path.exists() else write_long_documents(path, doc_len=seq_len - 1, total=n * seq_len)
 
-    def train(self, name: str, plan: dict, *, resume: bool = False, attempt: int = 1, share_device: bool = False):
+    def train(self, name: str, plan: dict, *, resume: bool = False, attempt: int = 1, share_device: bool = False,
+              env: dict[str, str] | None = None):
         """(exit code, metrics rows of this attempt, log, nvidia-smi peak GiB less idle, wall seconds)."""
         run_dir = self.work / name
         plan_path = self.work / f"{name}.json"
@@ -99,7 +105,8 @@ class Check:
         t = time.monotonic()
         try:
             code, out = self.command(name, cmd, {"ULAB_TRAINER_SKIP_FINAL_SAVE": "1",
-                                                 "ULAB_TRAINER_SHARE_DEVICE": "1" if share_device else "0"})
+                                                 "ULAB_TRAINER_SHARE_DEVICE": "1" if share_device else "0",
+                                                 **(env or {})})
         finally:
             smi.done.set()
             smi.join()
@@ -167,6 +174,10 @@ class Check:
             out[f"{a}_error_pct"] = error_pct(out.get(p), out.get(m))
         out.update(extra or {})
         append_row(self.csv, out)
+        if rows:  # every step's figures beside the CSV's medians: OUT/<csv name>.steps.jsonl, one line per row
+            with self.csv.with_suffix(".steps.jsonl").open("a") as f:
+                f.write(json.dumps({"name": r.name, "status": status, "env": r.env, "steps": [
+                    {k: x.get(k) for k in STEP_FIELDS} for x in rows]}) + "\n")
         print(format_row(out), flush=True)
 
     def run_row(self, r: Row) -> None:
@@ -174,7 +185,7 @@ class Check:
         if self.left_s < self.a.min_row_s:
             self.write(r, "skipped (time budget)", plan, [], None, None)
             return
-        code, rows, out, smi, wall = self.train(r.name, plan, share_device=r.gpus > 1)
+        code, rows, out, smi, wall = self.train(r.name, plan, share_device=r.gpus > 1, env=r.env)
         status = row_status(code, read_outcome(self.work / r.name, [self.work / r.name / OUTCOME_FILE]))
         problems = [] if status in ("oom", "timeout") and r.part == "sweep" else self.expect(
             r.name, code, rows, out, list(range(1, r.steps + 1)))

@@ -13,6 +13,10 @@
 #                                                  with no index, then the versions asserted.
 #   bash scripts/gpu_wheels.sh check DIR [ARGS]    install, then bench/gpu_check.py ARGS (the install's seconds
 #                                                  count in the check's time budget: --t0).
+#   bash scripts/gpu_wheels.sh window DIR [ARGS]   install, then bench/gpu_check_window.py ARGS (--t0 as for check;
+#                                                  the install's output goes into the window's tar). A failed install
+#                                                  is reported and the window still runs what it can and writes its
+#                                                  tar.
 #
 # Where it installs. TORCH_PYTHON (default /opt/torch/.venv/bin/python3 where it exists, else python3) is the
 # interpreter that holds torch. A `--system-site-packages` venv made from inside a venv sees the BASE
@@ -136,5 +140,15 @@ case "$cmd" in
     install
     shift 2
     exec "$GPU_VENV/bin/python" bench/gpu_check.py --t0 "$t0" "$@" ;;
-  *) echo "usage: $0 prepare DIR | install DIR | check DIR [gpu_check args]" >&2; exit 2 ;;
+  window)
+    [ -n "$DIR" ] || { echo "usage: $0 window DIR [gpu_check_window args]" >&2; exit 2; }
+    t0=$(date +%s)
+    log=$(mktemp)
+    # install exits on an error: in a pipeline it runs in a subshell, so only the install stops
+    if ! install 2>&1 | tee "$log"; then echo "install failed: the window runs what it can" | tee -a "$log"; fi
+    shift 2
+    py="$GPU_VENV/bin/python"
+    [ -x "$py" ] || py=$TORCH_PYTHON
+    exec "$py" bench/gpu_check_window.py --t0 "$t0" --install-log "$log" "$@" ;;
+  *) echo "usage: $0 prepare DIR | install DIR | check DIR [gpu_check args] | window DIR [window args]" >&2; exit 2 ;;
 esac
