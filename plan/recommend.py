@@ -17,7 +17,9 @@ Search (pruned, not enumerated: about a thousand memory evaluations for 64 GPUs)
 - the global batch (sequences, hence tokens, per optimizer step: plan.validation.Spec.sequences_per_step) is held at
   the plan's (or `global_batch`) by setting grad_accum = batch / (micro batch x dp), so every option trains the same
   tokens per step and tokens/s ranks them as step time would; a layout whose dp x micro batch does not divide the
-  batch is a rejected option saying so. With `vary_batch` grad_accum stays the plan's and the batch follows dp.
+  batch is a rejected option saying so. A plan that states no batch (neither training.grad_accum nor
+  parallel.dp_size) has none to hold: each option trains its own, and its card says which. With `vary_batch`
+  grad_accum stays the plan's and the batch follows dp.
 - every option names the kernels it needs (`kernels`); with `kernels` known (the queue's live workers), an option
   needing one they lack sorts after every option that does not (`missing_kernels`, `unavailable`).
 - "longest": every structure with every saver on is bisected for its longest seq_len, then the savers that length
@@ -347,9 +349,10 @@ def _overflow(s: _Search, key: tuple) -> float:
                sec["cpu_gib_per_node"] - sec["cpu_capacity_gib_per_node"])
 
 
-def _base(data: Any) -> tuple[Spec | None, dict | None, set[str], int]:
+def _base(data: Any) -> tuple[Spec | None, dict | None, set[str], int | None]:
     """The spec the search starts from, the errors of a plan no search can fix, the locked fields and the plan's
-    global batch (sequences per optimizer step, as the plan states its dp_size)."""
+    global batch (sequences per optimizer step, as the plan states its dp_size; None when it states neither its
+    grad_accum nor its dp_size)."""
     raw = data.model_dump(mode="json", exclude_unset=True) if isinstance(data, Plan) else data
     plan, errors = parse(data)
     if plan is None:
@@ -365,8 +368,10 @@ def _base(data: Any) -> tuple[Spec | None, dict | None, set[str], int]:
         v = v1
     spec = v.spec
     assert spec is not None
-    return spec, None, _locked(raw if isinstance(raw, dict) else {}), spec.with_(
-        dp_size=plan.parallel.dp_size).sequences_per_step
+    locked = _locked(raw if isinstance(raw, dict) else {})
+    if not locked & {"training.grad_accum", "parallel.dp_size"}:
+        return spec, None, locked, None
+    return spec, None, locked, spec.with_(dp_size=plan.parallel.dp_size).sequences_per_step
 
 
 def recommend(data: Any, longest: bool = False, kernels: list[str] | None = None, liger: bool = True,

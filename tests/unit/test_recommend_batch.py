@@ -88,3 +88,15 @@ def test_the_cli_holds_the_batch_and_varies_it_with_the_flag(tmp_path):
     assert "for 1.0M tokens (8 sequences)" in text, text
     assert "per billion tokens" in text, text
     assert "needs flash_attention" in text, text
+
+
+def test_a_plan_that_states_no_batch_has_none_to_hold():
+    """Llama-3.1-8B (32 heads: sp at most 32) on 64 GPUs with neither grad_accum nor dp_size set: no layout trains
+    one sequence per step on 64 GPUs, so holding the defaulted batch of 1 would reject every option. The plan
+    states no batch, so each option trains its own and says which."""
+    plan = {"model": {"preset": "meta-llama/Llama-3.1-8B"},
+            "hardware": {"gpu": "H100-80GB", "gpus_per_node": 8, "num_nodes": 8}, "training": {"seq_len": 131072}}
+    answer = recommend(plan)
+    assert answer["recommendations"], answer["rejected"][:3]
+    assert answer["global_batch"] is None
+    assert all(_batch(r)[0] >= 2 for r in answer["recommendations"])  # dp >= 2 at sp <= 32 on 64 GPUs
