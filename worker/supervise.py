@@ -65,12 +65,11 @@ def exit_state(cancelled: bool, outcome: Outcome) -> RunState:
 
 def attempt_outcome(run_dir: Path, code: int, run_id: int, attempt: int, node_rank: int = 0) -> Outcome:
     """The attempt's record: the trainer's (in the run directory, or where the worker told it to keep one, which a
-    full disk does not swallow); the exit code alone when the trainer left none (killed before it wrote one). A
-    record that says the attempt completed while the trainer's exit code says otherwise is not taken."""
+    full disk does not swallow), when `ulab train`'s exit code is the record's. Otherwise the exit code alone: the
+    trainer left no record, or the launcher was killed before its final one and a rank's (say, the checkpoint its
+    SIGTERM saved) is not the attempt's word, or the record is an earlier attempt's."""
     found = read_outcome(run_dir, [run_dir / OUTCOME_FILE, outcome_file(run_id, attempt, node_rank)])
-    if found is None or (found.cause == Cause.COMPLETED) != (code == 0):
-        return without_record(code)
-    return found
+    return found if found is not None and found.exit_code == code else without_record(code)
 
 
 class Heartbeat:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy import select
 
@@ -25,10 +25,14 @@ from backend.runs.states import ACTIVE, RunState
 log = logging.getLogger(__name__)
 
 
-def reap_lost(lost_after_s: float) -> list[int]:
+def reap_lost(lost_after_s: float, listening_since: datetime | None = None) -> list[int]:
     """Active runs with no heartbeat for `lost_after_s` become `lost`; those with retries left are queued
-    again as their next attempt (resumed from the last checkpoint). Answers the ids marked lost."""
+    again as their next attempt (resumed from the last checkpoint). Answers the ids marked lost. Workers beat
+    through the API (backend/runs/agent_router.py), so a silence counts only while this API has listened: not
+    until `listening_since` (its start) is `lost_after_s` ago, or a run would be lost for the API's own downtime."""
     cutoff = transitions.now() - timedelta(seconds=lost_after_s)
+    if listening_since is not None and listening_since > cutoff:
+        return []
     active = [st.value for st in ACTIVE]
     lost, retried = [], []
     with session_scope() as s:
@@ -89,13 +93,14 @@ def raise_stalls() -> list[int]:
 
 
 async def supervise_forever(settings: Settings, interval_s: float = 5.0) -> None:
+    listening_since = transitions.now()
     ids = await asyncio.to_thread(resend_queued)
     if ids:
         log.info("re-sent %d queued runs on start-up: %s", len(ids), ids)
     interval_s = max(0.5, min(interval_s, settings.resend_after_s))  # a short re-send wait needs short rounds
     while True:
         try:
-            await asyncio.to_thread(reap_lost, settings.lost_after_s)
+            await asyncio.to_thread(reap_lost, settings.lost_after_s, listening_since)
             for run_id in await asyncio.to_thread(raise_stalls):
                 log.warning("run %s: no step for its run.stall_after_s (alert raised)", run_id)
             await asyncio.to_thread(purge_expired_sessions)  # browser sessions signed out or past their cookie

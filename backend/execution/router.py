@@ -56,7 +56,7 @@ def _refuse(message: str) -> UserError:
     return UserError(403, "authorization", message)
 
 
-def holds(by: Principal, run_id: int, attempt: int | None = None, node_rank: int | None = 0) -> None:
+def acts_for(by: Principal, run_id: int, attempt: int | None = None, node_rank: int | None = 0) -> None:
     """403 unless `by` acts for this run (and attempt, and node, when given)."""
     if by.run_id != run_id:
         raise _refuse(f"this token acts for run {by.run_id}, not run {run_id}")
@@ -122,7 +122,7 @@ class Stop(BaseModel):
 
 @router.post("/runs/{run_id}/attempts/{attempt}/start")
 def start(run_id: RowId, attempt: Attempt, body: StartIn, by: AttemptToken) -> Ok:
-    holds(by, run_id, attempt)
+    acts_for(by, run_id, attempt)
     return Ok(ok=SqlRunAgent().start(run_id, attempt, body.run_dir))
 
 
@@ -132,7 +132,7 @@ class Beat(BaseModel):
 
 @router.post("/runs/{run_id}/attempts/{attempt}/heartbeat")
 def heartbeat(run_id: RowId, attempt: Attempt, body: Beat, by: AttemptToken) -> Stop:
-    holds(by, run_id, attempt)
+    acts_for(by, run_id, attempt)
     return Stop(stop=SqlRunAgent().heartbeat(run_id, attempt, body.last_step))
 
 
@@ -144,7 +144,7 @@ class FinishIn(BaseModel):
 
 @router.post("/runs/{run_id}/attempts/{attempt}/finish")
 def finish(run_id: RowId, attempt: Attempt, body: FinishIn, by: AttemptToken) -> Ok:
-    holds(by, run_id, attempt)
+    acts_for(by, run_id, attempt)
     if body.state not in TERMINAL:
         raise UserError(422, "state", f"{body.state.value} is not a state an attempt ends in")
     return Ok(ok=SqlRunAgent().finish(run_id, attempt, body.state, body.reason, body.last_step))
@@ -157,7 +157,7 @@ class NodeIn(BaseModel):
 
 @router.post("/runs/{run_id}/attempts/{attempt}/nodes/0")
 def register_node(run_id: RowId, attempt: Attempt, body: NodeIn, by: AttemptToken) -> Ok:
-    holds(by, run_id, attempt)
+    acts_for(by, run_id, attempt)
     SqlRunAgent().register_node(run_id, attempt, body.worker, body.endpoint)
     return Ok(ok=True)
 
@@ -169,14 +169,14 @@ class EndpointOut(BaseModel):
 
 @router.get("/runs/{run_id}/attempts/{attempt}/endpoint")
 def endpoint(run_id: RowId, attempt: Attempt, by: AttemptToken) -> EndpointOut:
-    holds(by, run_id, attempt, node_rank=None)  # any node of the attempt
+    acts_for(by, run_id, attempt, node_rank=None)  # any node of the attempt
     found = SqlRunAgent().endpoint(run_id, attempt)
     return EndpointOut(address=found.address, live=found.live)
 
 
 @router.post("/runs/{run_id}/attempts/{attempt}/nodes/{node_rank}/heartbeat")
 def node_heartbeat(run_id: RowId, attempt: Attempt, node_rank: NodeRank, by: AttemptToken) -> Stop:
-    holds(by, run_id, attempt, node_rank)
+    acts_for(by, run_id, attempt, node_rank)
     return Stop(stop=SqlRunAgent().node_heartbeat(run_id, attempt, node_rank))
 
 
@@ -186,7 +186,7 @@ class ExitIn(BaseModel):
 
 @router.post("/runs/{run_id}/attempts/{attempt}/nodes/{node_rank}/exit")
 def node_exit(run_id: RowId, attempt: Attempt, node_rank: NodeRank, body: ExitIn, by: AttemptToken) -> Ok:
-    holds(by, run_id, attempt, node_rank)
+    acts_for(by, run_id, attempt, node_rank)
     SqlRunAgent().node_exit(run_id, attempt, node_rank, body.code)
     return Ok(ok=True)
 
@@ -199,14 +199,14 @@ class StoppedIn(BaseModel):
 
 @router.post("/runs/{run_id}/attempts/{attempt}/trainer-stopped")
 def trainer_stopped(run_id: RowId, attempt: Attempt, body: StoppedIn, by: AttemptToken) -> Ok:
-    holds(by, run_id, attempt)
+    acts_for(by, run_id, attempt)
     return Ok(ok=SqlRunAgent().trainer_stopped(run_id, attempt, body.kind, body.step, body.message))
 
 
 @router.post("/runs/{run_id}/jobs/{job_id}/heartbeat")
 def job_heartbeat(run_id: RowId, job_id: Annotated[str, Path(pattern=r"^\d{1,20}$")], body: Beat,
                   by: AttemptToken) -> Ok:
-    holds(by, run_id)
+    acts_for(by, run_id)
     if by.job_id not in (None, job_id):  # None: sbatch has not answered yet (the run's row names its job)
         raise _refuse(f"this token acts for Slurm job {by.job_id}, not job {job_id}")
     SqlRunAgent().job_heartbeat(run_id, job_id, body.last_step)
@@ -225,7 +225,7 @@ class StoredOut(BaseModel):
 @router.get("/runs/{run_id}/stored")
 def stored(run_id: RowId, by: AttemptToken, after: int = Query(0, ge=0, le=2**31 - 1)) -> StoredOut:
     """The run's state, plan, estimate, alerts and metric rows after step `after`, for its tracker forwarder."""
-    holds(by, run_id)
+    acts_for(by, run_id)
     got = SqlRunAgent().stored(run_id, after)
     return StoredOut(state=got.state, ended=got.ended, plan=got.plan, estimate=got.estimate, alerts=got.alerts,
                      rows=got.rows)

@@ -212,3 +212,20 @@ def test_a_worker_reads_its_token_and_never_mints_one(tmp_path):
     (home / "worker-token").write_text("ulab_kept\n")
     assert worker_token(Settings(home=home, worker_token="")) == "ulab_kept"
     assert worker_token(Settings(home=home, worker_token="ulab_given")) == "ulab_given"
+
+
+def test_a_silence_counts_only_while_the_api_listens(client, tokens, tmp_path):
+    """Workers beat through the API: an API that was down does not count its own downtime against them."""
+    from backend.runs import lifecycle
+
+    agent = worker_agent(client, tokens["worker"])
+    run_id = queued_run(client, tokens, tmp_path)
+    assert agent.claim(run_id, "host:1") is not None
+    assert agent.start(run_id, 1, str(tmp_path))
+    with session_scope() as s:
+        s.get_one(Run, run_id).heartbeat_at = transitions.now() - timedelta(minutes=5)
+    just_started = transitions.now() - timedelta(seconds=10)
+    assert lifecycle.reap_lost(60, listening_since=just_started) == []
+    assert state_of(run_id) == "running"
+    assert run_id in lifecycle.reap_lost(60, listening_since=transitions.now() - timedelta(seconds=61))
+    assert state_of(run_id) == "lost"

@@ -120,6 +120,11 @@ def test_the_attempt_is_read_from_its_outcome_record_not_its_log(tmp_path, monke
     assert exit_state(False, attempt_outcome(run_dir, 0, 7, 1)) == "succeeded"
     # a record of "completed" beside a failed exit (a stale one) is not taken
     assert attempt_outcome(run_dir, 1, 7, 1) == Outcome(Cause.ERROR, 1)
+    # `ulab train` SIGKILLed: its ranks' SIGTERM record (checkpoint saved) is not the attempt's word
+    write_outcome(run_dir, Outcome.of(Cause.SIGNAL, "preempted: signal 15 on rank 1"), paths=[run_dir / OUTCOME_FILE])
+    assert attempt_outcome(run_dir, -9, 7, 1) == Outcome(Cause.SIGNAL, -9)
+    assert failure_reason(-9, "", attempt_outcome(run_dir, -9, 7, 1).message or None) == \
+        "the trainer was killed by SIGKILL"
     assert supervise.remove_stale_last_words(tmp_path / "shm") == []  # this process's pid: not stale
 
 
