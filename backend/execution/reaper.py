@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 def reap_lost(lost_after_s: float, listening_since: datetime | None = None) -> list[int]:
     """Active runs with no heartbeat for `lost_after_s` become `lost`; those with retries left are queued
     again as their next attempt (resumed from the last checkpoint). Answers the ids marked lost. Workers beat
-    through the API (backend/runs/agent_router.py), so a silence counts only while this API has listened: not
+    through the API (backend/execution/router.py), so a silence counts only while this API has listened: not
     until `listening_since` (its start) is `lost_after_s` ago, or a run would be lost for the API's own downtime."""
     cutoff = transitions.now() - timedelta(seconds=lost_after_s)
     if listening_since is not None and listening_since > cutoff:

@@ -216,7 +216,7 @@ def test_a_worker_reads_its_token_and_never_mints_one(tmp_path):
 
 def test_a_silence_counts_only_while_the_api_listens(client, tokens, tmp_path):
     """Workers beat through the API: an API that was down does not count its own downtime against them."""
-    from backend.runs import lifecycle
+    from backend.execution import reaper as lifecycle
 
     agent = worker_agent(client, tokens["worker"])
     run_id = queued_run(client, tokens, tmp_path)
