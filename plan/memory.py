@@ -142,7 +142,7 @@ def state_terms(spec) -> dict:
     # fp32 gradient buffer ZeRO-3 keeps on the GPU when the optimizer is not offloaded
     # (stage3.py initialize_optimizer_states: gradient_buffer of the largest sub group, sub_group_size=1e9).
     # (in the master dtype: bf16 with bf16_optimizer_states)
-    # Open lead (README "Planner accuracy"; bench/corpus_consistency.py --without-fp32-grad-buffer): DeepSpeed drops
+    # Open lead (docs/planner-accuracy.md; bench/corpus_consistency.py --without-fp32-grad-buffer): DeepSpeed drops
     # this buffer after set-up when nothing is offloaded and makes each sub group's fp32 gradients at the step; the
     # corpus rows fall 3.7 GiB short without it, so it stays until a GPU run measures it.
     master = master_grad_bytes(spec)
