@@ -86,7 +86,7 @@ def plan(
     est = result["estimate"] if max_seq else result
     if text:
         typer.echo(text_report(data, est, result["max_seq_len"] if max_seq else None,
-                               result.get("safe") if max_seq else None))
+                               result.get("likely") if max_seq else None))
     else:
         typer.echo(json.dumps(result, indent=1))
     raise typer.Exit(0 if est.get("valid") else 1)

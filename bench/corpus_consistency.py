@@ -18,7 +18,7 @@ its tables with their error; they leave the accuracy targets and the uncertainty
 No planner constant is derived from here; the planner is asked only for the all-to-all buffer bytes (d) and for its
 current predictions.
 
---without-fp32-grad-buffer: the open lead of the README's "Planner accuracy" (not in the planner): the ulysses
+--without-fp32-grad-buffer: the open lead of docs/planner-accuracy.md (not in the planner): the ulysses
 memory rows as they would read if ZeRO-3's fp32 gradient buffer did not stay on the GPU through forward and
 backward (DeepSpeed stage3.py `initialize_optimizer_states` drops it when nothing is offloaded) and each step made
 the fp32 gradients of its largest sub group instead (`_prepare_fp32_grad_for_sub_group`: a flat copy in the

@@ -103,11 +103,11 @@ def alst() -> list[float]:
           "the same with Liger + bf16 grads | and expandable_segments")
     errs = []
     for (per_node, nodes), pub in ALST_PUBLISHED.items():
-        got = max_seq_len(alst_plan(per_node, nodes))["max_seq_len"]
-        base = max_seq_len(alst_plan(per_node, nodes, alst=False))["max_seq_len"]
+        got = max_seq_len(alst_plan(per_node, nodes))["likely"]
+        base = max_seq_len(alst_plan(per_node, nodes, alst=False))["likely"]
         lk = {"liger_kernel": True, "seq_parallel_communication_data_type": "bf16"}
-        liger = max_seq_len(alst_plan(per_node, nodes, **lk))["max_seq_len"]
-        es = max_seq_len(alst_plan(per_node, nodes, expandable_segments=True, **lk))["max_seq_len"]
+        liger = max_seq_len(alst_plan(per_node, nodes, **lk))["likely"]
+        es = max_seq_len(alst_plan(per_node, nodes, expandable_segments=True, **lk))["likely"]
         errs.append(abs(err(got, pub)))
         print(f"{per_node * nodes:>4} | {got:>10,} vs {pub:>10,} {fmt_err(err(got, pub))} | "
               f"{base:>8,} vs {ALST_BASELINE:,} {fmt_err(err(base, ALST_BASELINE))} | "

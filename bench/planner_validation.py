@@ -5,9 +5,10 @@
 One line per row: published value, prediction, error, the stated range and whether it covers the published value,
 grouped by regime (ulysses = Ulysses/DP on DeepSpeed ZeRO, offload, ring, packed documents) and by quantity; then a
 summary per regime. Packed rows (documents of unknown length) are predicted as a range from 512-token documents to
-whole-length ones; their error is the distance outside it. `--markdown` prints the README's "Planner accuracy"
-tables instead. No planner constant is fitted to these rows (bench/planner_bands.py turns their residuals into the
-bands; tests/unit/test_planner_corpus.py holds every row's error where it is).
+whole-length ones; their error is the distance outside it. `--markdown` prints the tables of docs/planner-accuracy.md
+instead. No planner constant is fitted to these rows (bench/planner_bands.py turns their residuals into the bands;
+tests/unit/test_planner_corpus.py holds every row's error where it is). Both print the targets last: the memory
+bands' leave-one-source-out coverage and half-width, and the Ulysses/ALST memory rows (flagged rows out).
 """
 from __future__ import annotations
 
@@ -94,6 +95,20 @@ def is_target_row(r: Result) -> bool:
     return not r.flagged and memory and (r.row["regime"] == "ulysses" or alst)
 
 
+def band_lines(results: list[Result]) -> list[str]:
+    """The memory bands' targets: leave-one-source-out coverage (bench/planner_bands.py, per regime and over every
+    held-out row) and the median half-width of the ranges stated on the memory rows (flagged out)."""
+    from bench.planner_bands import compute
+
+    folds = [b for b in compute() if b["kind"] == "memory" and b["regime"] != "all" and b["loso_coverage"]]
+    held = sum(b["rows"] for b in folds)
+    pooled = sum(float(b["loso_coverage"]) * b["rows"] for b in folds) / held if held else None
+    widths = [h for r in results if r.kind == "memory" and not r.flagged and (h := half_width(r)) is not None]
+    per = ", ".join(f"{b['regime']} {float(b['loso_coverage']):.0%}" for b in folds)
+    return [f"memory bands: leave-one-source-out coverage {'-' if pooled is None else f'{pooled:.0%}'} ({per}); "
+            f"median half-width {statistics.median(widths):.1%} over {len(widths)} memory rows"]
+
+
 def target_lines(results: list[Result]) -> list[str]:
     """The memory targets: within 15% on at least 80% of the Ulysses/ALST rows, none past 25%, every `safe` max
     context at or below the published one, and every fits row right."""
@@ -104,7 +119,8 @@ def target_lines(results: list[Result]) -> list[str]:
     over = [r.row["id"] for r in rows if r.row["quantity"] == "max_context" and r.band
             and r.band[0] > float(r.row["published"])]
     wrong = [r.row["id"] for r in rows if r.row["quantity"] == "fits" and r.error]
-    return [f"targets on the Ulysses/ALST memory rows ({len(rows)} rows, flagged out):",
+    return [*band_lines(results),
+            f"targets on the Ulysses/ALST memory rows ({len(rows)} rows, flagged out):",
             f"  within 15%: {within}/{len(errs)} ({within / len(errs):.0%}); worst {worst.row['id']} "
             f"{worst.error * 100:+.1f}%",
             f"  safe max context above the published one: {', '.join(over) or 'none'}",
@@ -184,9 +200,9 @@ def markdown(results: list[Result]) -> None:
         print(f"| {regime} | {s['rows']} | {s['flagged']} | {s['within15']}/{s['n_err']} | {pct(s['median'])} | "
               f"{pct(s['worst'])} | "
               f"{s['covered']}/{s['n_cov']} | {pct(s['median_half_width'])} |")
-    print()
+    print("\nTargets:\n")
     for line in (*target_lines(results), *time_target_lines(results)):
-        print(line)
+        print(f"- {line.strip()}")
 
 
 BOUNDS = ROOT / "bench" / "data" / "corpus_error_bounds.csv"

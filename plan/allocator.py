@@ -26,11 +26,20 @@ from __future__ import annotations
 
 GIB = 2 ** 30
 # What `nvidia-smi` shows on top of the allocator's reserved memory (plan-v1 `device_total_gib`):
-# - CUDA context with lazy module loading, cuBLAS/cuDNN handles: about 0.5 GiB per process on H100 / CUDA 12.
-CUDA_CONTEXT_BYTES = 0.5 * GIB
-# - NCCL: each communicator allocates NCCL_BUFFSIZE (4 MiB) per channel for send and receive on every ring/tree
-#   and p2p channel, outside the caching allocator; about 0.25 GiB per communicator on NVLink systems.
-NCCL_BYTES_PER_COMMUNICATOR = 0.25 * GIB
+# - the CUDA context of a training process (driver context, the kernels torch, flash-attn and Triton load, cuBLAS
+#   and cuDNN handles): measured on one H100 80GB HBM3 (torch 2.11 / CUDA 13.0, one GPU, no NCCL communicator) as
+#   nvidia-smi's peak minus torch.cuda.max_memory_reserved, 1.677-1.708 GiB over the 8 runs of
+#   bench/results/gpu-nvidia-h100-80gb-hbm3-2026-11-27.csv where nvidia-smi's peak sample is at or above the
+#   allocator's peak (bench/gpu_check.py; the median, 1.679 GiB, rounded up).
+CUDA_CONTEXT_BYTES = 1.68 * GIB
+# - NCCL's buffers, outside the caching allocator: per channel, a rank's ring connections (receive from the previous
+#   rank, send to the next) each hold one SIMPLE-protocol buffer of NCCL_BUFFSIZE (NCCL's documented default,
+#   4 MiB) on this rank; NCCL_CHANNELS is NCCL's channel limit (MAXCHANNELS, 32), the count it opens on NVLink-rich
+#   nodes -> 32 x 2 x 4 MiB = 0.25 GiB per communicator. Tree, LL/LL128 and NVLS buffers are left out. Unmeasured:
+#   the H100 measurement above ran one GPU, without a communicator.
+NCCL_BUFFSIZE = 4 * 2 ** 20
+NCCL_CHANNELS = 32
+NCCL_BYTES_PER_COMMUNICATOR = NCCL_CHANNELS * 2 * NCCL_BUFFSIZE
 
 
 def stranded(blocks: list[float], expandable: bool) -> float:

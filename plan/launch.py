@@ -14,14 +14,11 @@ from typing import Any
 import yaml
 
 from .errors import first_line
+from .memory import zero_bucket_elements
 from .model import Plan, StagePlan
 from .validation import Spec, validate
 
 SP_BACKEND = "deepspeed"
-# ZeRO communication buckets: DeepSpeed's 5e7-element default, but never more than the model itself (a tiny model
-# would be dwarfed by them and every rank would hold buffers many times its size).
-MAX_BUCKET_ELEMENTS = int(5e7)
-MIN_BUCKET_ELEMENTS = int(1e5)
 # Stopping a run (SIGTERM): the ranks finish the step and save a checkpoint, so the grace before SIGKILL must cover
 # a ZeRO-3 save. Bytes a save writes per parameter: fp32 master weights + Adam's two moments (12, spread over the
 # ranks' optimizer shards, written in parallel by every node) and the 16-bit model that rank 0 gathers and writes
@@ -106,7 +103,7 @@ def deepspeed_config(data: Any) -> dict:
     """
     spec = as_spec(data)
     t = spec.plan.training
-    bucket = max(MIN_BUCKET_ELEMENTS, min(MAX_BUCKET_ELEMENTS, spec.model.total_params))
+    bucket = zero_bucket_elements(spec.model.total_params)
     zero: dict[str, Any] = {"stage": t.zero_stage, "overlap_comm": False, "contiguous_gradients": True,
                             "reduce_bucket_size": bucket, "allgather_bucket_size": bucket}
     if t.zero_stage == 3:

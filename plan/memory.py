@@ -32,6 +32,19 @@ ADAM_BYTES_BF16_STATES = 6
 # DeepSpeed defaults (deepspeed/runtime/zero/config.py): stage3_max_live_parameters = 1e9, sub_group_size = 1e9.
 MAX_LIVE_PARAMETERS = 1e9
 SUB_GROUP_SIZE = 1e9
+# ZeRO communication buckets as the trainer's DeepSpeed config sets them (plan.launch.deepspeed_config:
+# reduce_bucket_size, allgather_bucket_size and stage3_prefetch_bucket_size): DeepSpeed's 5e7-element default
+# (deepspeed/runtime/zero/config.py), but never more than the model itself (a tiny model would be dwarfed by them and
+# every rank would hold buffers many times its size).
+MAX_BUCKET_ELEMENTS = int(5e7)
+MIN_BUCKET_ELEMENTS = int(1e5)
+
+
+def zero_bucket_elements(total_params: float) -> int:
+    """Elements of each ZeRO bucket (reduce, allgather, ZeRO-3 prefetch) the trainer configures."""
+    return int(max(MIN_BUCKET_ELEMENTS, min(MAX_BUCKET_ELEMENTS, total_params)))
+
+
 # ALST / ArcticTraining tiled logits loss: shards sized so each shard's fp32 logits are about 1 GiB.
 TILED_LOSS_SHARD_BYTES = GIB
 # cuBLAS/cuBLASLt workspaces live in the caching allocator (torch sizes them 32 MiB per handle on Hopper);
@@ -142,7 +155,7 @@ def state_terms(spec) -> dict:
     # fp32 gradient buffer ZeRO-3 keeps on the GPU when the optimizer is not offloaded
     # (stage3.py initialize_optimizer_states: gradient_buffer of the largest sub group, sub_group_size=1e9).
     # (in the master dtype: bf16 with bf16_optimizer_states)
-    # Open lead (README "Planner accuracy"; bench/corpus_consistency.py --without-fp32-grad-buffer): DeepSpeed drops
+    # Open lead (docs/planner-accuracy.md; bench/corpus_consistency.py --without-fp32-grad-buffer): DeepSpeed drops
     # this buffer after set-up when nothing is offloaded and makes each sub group's fp32 gradients at the step; the
     # corpus rows fall 3.7 GiB short without it, so it stays until a GPU run measures it.
     master = master_grad_bytes(spec)
@@ -170,17 +183,18 @@ def grad_comm_bytes(spec) -> int:
 
 
 def zero_buffer_terms(spec) -> dict:
-    """ZeRO communication buffers with the "auto" sizes the Transformers integration fills in
-    (transformers/integrations/deepspeed.py: reduce_bucket_size = h^2, stage3_prefetch_bucket_size = 0.9 h^2,
-    stage3_param_persistence_threshold = 10 h). The IPG bucket has the gradient communication dtype
-    (stage3.py: bucket.buffer = torch.empty(reduce_bucket_size, dtype=<comm dtype>)), see grad_comm_bytes."""
+    """ZeRO communication buffers with the bucket sizes the trainer's DeepSpeed config sets (zero_bucket_elements:
+    reduce_bucket_size = stage3_prefetch_bucket_size, explicit, so the Transformers integration's "auto" sizes do not
+    apply). The IPG bucket has the gradient communication dtype (stage3.py: bucket.buffer =
+    torch.empty(reduce_bucket_size, dtype=<comm dtype>)), see grad_comm_bytes."""
     m, B, z = spec.model, spec.dtype_bytes, spec.zero_stage
     h = m.hidden_size
     comm_bytes = grad_comm_bytes(spec)
-    bucket = comm_bytes * h * h                              # the contiguous IPG bucket (stage3.py ipg_buckets)
+    elements = zero_bucket_elements(m.total_params)
+    bucket = comm_bytes * elements                           # the contiguous IPG bucket (stage3.py ipg_buckets)
     if z < 3:
         return {"layer": bucket if z >= 1 else 0.0, "loss": bucket if z >= 1 else 0.0, "largest_param": 0.0}
-    prefetch = B * 0.9 * h * h
+    prefetch = B * elements
     # Gathered parameters while a layer runs backward (its weights, gathered for the recompute and kept for the
     # backward) and the largest single-parameter gradient before it is copied into the bucket.
     widest = m.moe_intermediate_size if m.num_experts else m.intermediate_size

@@ -47,9 +47,9 @@ def _setup(spec: Spec) -> str:
             + (f", offloaded: {', '.join(offload)}" if offload else "") + (f", {', '.join(savers)}" if savers else ""))
 
 
-def text_report(plan: dict, estimate: dict, max_seq: int | None = None, safe: int | None = None) -> str:
-    """The Estimate `estimate` of `plan` (with `max_seq`: the answer of a max-context search, `safe` its length
-    whose band fits) as text."""
+def text_report(plan: dict, estimate: dict, max_seq: int | None = None, likely: int | None = None) -> str:
+    """The Estimate `estimate` of `plan` (with `max_seq`: the answer of a max-context search, the length whose
+    memory range fits; `likely` the length whose point estimate fits) as text."""
     lines = []
     if not estimate.get("valid"):
         lines.append("not a valid plan:")
@@ -61,9 +61,9 @@ def text_report(plan: dict, estimate: dict, max_seq: int | None = None, safe: in
             spec = spec.with_(seq_len=max(max_seq, spec.sp))
         lines.append(f"{spec.model.name} ({_count(spec.model.total_params)} params): {_setup(spec)}")
         if max_seq is not None:
-            lines.append(f"longest seq_len that fits: {max_seq:,} tokens likely"
-                         + (f", {safe:,} safe (the range's high end fits)" if safe is not None else "")
-                         + (" (nothing fits)" if max_seq == 0 else "; the estimate below is at the likely length"))
+            lines.append(f"longest seq_len that fits: {max_seq:,} tokens (the range's high end fits)"
+                         + (f", {likely:,} likely (the point estimate fits)" if likely is not None else "")
+                         + (" (nothing fits)" if max_seq == 0 else "; the estimate below is at the first length"))
         m, t = estimate["memory"], estimate["throughput"]
         lines.append(f"GPU memory per rank: {m['peak_allocated_gib']:.2f} GiB allocated at its peak "
                      f"({m.get('peak_phase', '?')}), {m['device_total_gib']:.2f} GiB device total of "

@@ -112,7 +112,8 @@ class Estimate(BaseModel):
 
 
 class MaxSeq(BaseModel):
-    max_seq_len: int | None = Field(description="= likely")
+    max_seq_len: int | None = Field(description="= safe: the longest seq_len where memory.fits (the range's high "
+                                                "end fits) and cpu_fits hold")
     likely: int | None = Field(None, description="Longest seq_len whose point estimate fits")
     safe: int | None = Field(None, description="Longest seq_len whose memory range's high end fits (verdict fits)")
     optimistic: int | None = Field(None, description="Longest seq_len whose memory range's low end fits")

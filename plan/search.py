@@ -49,8 +49,10 @@ def _bisect(spec: Spec, lo: int, hi: int, end: str = "point") -> int:
 
 def max_seq_len(data: Any) -> dict:
     """`{"max_seq_len": N, "estimate": {...}}`: the longest seq_len (multiple of sp_size) for which the GPU
-    (`fits`) and host memory (`cpu_fits`) suffice; the estimate is at that length. An invalid plan answers
-    `max_seq_len: null` with the invalid estimate (its seq_len is ignored: the search sets it)."""
+    (`fits`: the memory range's high end fits) and host memory (`cpu_fits`) suffice, i.e. `safe`; the estimate is
+    at that length. Beside it `likely` (the point estimate fits) and `optimistic` (the range's low end fits). An
+    invalid plan answers `max_seq_len: null` with the invalid estimate (its seq_len is ignored: the search sets
+    it)."""
     plan, errors = parse(data)
     if plan is None:
         return {"max_seq_len": None, "likely": None, "safe": None, "optimistic": None, "estimate": invalid(errors)}
@@ -59,9 +61,9 @@ def max_seq_len(data: Any) -> dict:
     if v.spec is None:
         return {"max_seq_len": None, "likely": None, "safe": None, "optimistic": None,
                 "estimate": invalid(v.errors, v.warnings)}
-    n = max_seq_for_spec(v.spec)
-    at = validate(at_seq_len(plan, max(n, sp)))  # the warnings at that length
-    return {"max_seq_len": n, "likely": n, "safe": max_seq_for_spec(v.spec, "high"),
+    safe = max_seq_for_spec(v.spec, "high")
+    at = validate(at_seq_len(plan, max(safe, sp)))  # the warnings at that length
+    return {"max_seq_len": safe, "likely": max_seq_for_spec(v.spec), "safe": safe,
             "optimistic": max_seq_for_spec(v.spec, "low"), "estimate": estimate_spec(at.spec or v.spec, at.warnings)}
 
 

@@ -10,14 +10,23 @@ Ulysses is emulated in one process: the attention function is wrapped (as DeepSp
 the configured kernel) and the all-to-all is replaced by a local re-layout with the same shapes and copies:
 [b, heads, s/sp, d] -> [b, heads/sp, s, d] (kv heads replicated to sp_size when fewer), and back.
 
-torch and transformers are imported here only, lazily. Runs on CPU in seconds for small shapes.
+TiledMLP is DeepSpeed's own (`ulysses_sp.TiledMLP`, pure autograd, ceil(seqlen / hidden) shards as ALST and the
+trainer use it). Checkpoint offload is emulated as DeepSpeed's `CheckpointHiddenStatesOffload` behaves on a GPU: each
+checkpointed layer's input is moved off the traced device when the checkpoint saves it and allocated again when its
+layer's backward needs it, except the last layer's (keep_last_count = 1), which stays.
+
+Transformers builds an S x S boolean causal mask for "sdpa" when it cannot prove the mask unneeded (under fake
+tensors it cannot); the wrapped attention never reads it (is_causal, as flash attention on the GPU), so the trace
+asks for no mask: a CPU-trace artifact of S^2 bytes otherwise (1 GiB at 32K tokens).
+
+torch and transformers (and DeepSpeed for TiledMLP) are imported here only, lazily. Runs on CPU in seconds.
 """
 from __future__ import annotations
 
 import contextlib
 
 from .memory import GIB, estimate_memory
-from .traced_liger import liger_standins
+from .traced_liger import liger_standins, liger_swiglu
 from .validation import validate
 
 _HF_TYPES = {"qwen3": "qwen3", "qwen2": "qwen2", "mistral": "mistral", "llama": "llama"}
@@ -83,10 +92,12 @@ class _Relayout:
 def _emulated_ulysses(sp: int):
     """Temporarily route HF's "sdpa" attention through an emulated Ulysses wrapper (causal, no mask)."""
     import torch
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     seq_to_heads, heads_to_seq = _Relayout.make()
     original = ALL_ATTENTION_FUNCTIONS["sdpa"]
+    original_mask = ALL_MASK_ATTENTION_FUNCTIONS["sdpa"]
 
     def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
         kv = key.shape[1]
@@ -102,10 +113,76 @@ def _emulated_ulysses(sp: int):
         return out.transpose(1, 2).contiguous(), None
 
     ALL_ATTENTION_FUNCTIONS["sdpa"] = attention
+    ALL_MASK_ATTENTION_FUNCTIONS["sdpa"] = lambda *args, **kwargs: None
     try:
         yield
     finally:
         ALL_ATTENTION_FUNCTIONS["sdpa"] = original
+        ALL_MASK_ATTENTION_FUNCTIONS["sdpa"] = original_mask
+
+
+def _tile_mlps(model, liger_kernel: bool) -> None:
+    """Route every gated MLP through DeepSpeed's TiledMLP with ceil(seqlen / hidden) shards (ulysses_sp.py). Each
+    shard runs the MLP functionally (HF's act(gate) * up, or Liger's fused SwiGLU stand-in): MemTracker's module
+    hooks cannot follow the no-grad forward TiledMLP runs its shards in."""
+    import math
+    import types
+
+    import torch.nn.functional as F
+    from deepspeed.runtime.sequence_parallel.ulysses_sp import TiledMLP
+
+    silu_mul = liger_swiglu() if liger_kernel else None
+
+    def shard_forward(mlp, x):
+        gate, up = F.linear(x, mlp.gate_proj.weight), F.linear(x, mlp.up_proj.weight)
+        act = silu_mul.apply(gate, up) if silu_mul is not None else mlp.act_fn(gate) * up
+        return F.linear(act, mlp.down_proj.weight)
+
+    def tiled(self, x):
+        shards = max(1, math.ceil(x.shape[-2] / x.shape[-1]))
+        params = [self.down_proj.weight, self.gate_proj.weight, self.up_proj.weight]
+        return TiledMLP.apply(shard_forward, self, x, shards, params)
+
+    for module in model.modules():
+        if all(hasattr(module, a) for a in ("gate_proj", "up_proj", "down_proj")):
+            module.forward = types.MethodType(tiled, module)
+
+
+@contextlib.contextmanager
+def _offloaded_checkpoints(model):
+    """Checkpoint offload as seen from the device: each checkpointed layer's input leaves the traced device when the
+    checkpoint saves it (a meta-device stand-in) and comes back as a new tensor when backward unpacks it; the last
+    layer's input stays (DeepSpeed offload_activations.py keep_last_count = 1)."""
+    import types
+
+    import torch
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    marked: dict[int, bool] = {}
+
+    def marking(layer_index):
+        def forward(self, *args, **kwargs):
+            if args and isinstance(args[0], torch.Tensor) and layer_index < len(layers) - 1:
+                marked[id(args[0])] = True
+            return type(self).forward(self, *args, **kwargs)
+        return forward
+
+    def pack(t):
+        if marked.pop(id(t), False):
+            return ("offloaded", t.to("meta"), t.device)
+        return t
+
+    def unpack(packed):
+        if isinstance(packed, tuple) and packed[0] == "offloaded":
+            _, meta, device = packed
+            return torch.empty(meta.shape, dtype=meta.dtype, device=device).requires_grad_(meta.requires_grad)
+        return packed
+
+    for i, layer in enumerate(layers):
+        layer.forward = types.MethodType(marking(i), layer)
+    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+        yield
 
 
 def config_for_plan(spec):
@@ -153,18 +230,22 @@ def trace_peak_bytes(spec, cfg=None) -> dict:
         tracker = MemTracker()
         tracker.track_external(model, ids, labels, pos)
         liger = liger_standins(model, spec.liger_fused_loss) if spec.liger_kernel else contextlib.nullcontext()
-        with _emulated_ulysses(spec.sp), liger, tracker:
-            if spec.upcast_logits:  # Transformers' ForCausalLMLoss (fp32 logits)
-                loss = model(input_ids=ids, labels=labels, position_ids=pos).loss
-            else:  # cross-entropy on the model's dtype, as worker/trainer/model.py token_loss_sum
-                logits = model(input_ids=ids, position_ids=pos).logits
-                loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
-                                                         reduction="none").float().sum()
-                del logits
-            loss.backward()
+        offload = (_offloaded_checkpoints(model) if spec.checkpoint_offload and spec.activation_checkpointing
+                   else contextlib.nullcontext())
+        with _emulated_ulysses(spec.sp), liger:
+            if spec.tiled_mlp:  # over Liger's SwiGLU when asked, as the trainer tiles the MLP the model has
+                _tile_mlps(model, spec.liger_kernel)
+            with offload, tracker:
+                if spec.upcast_logits:  # Transformers' ForCausalLMLoss (fp32 logits)
+                    loss = model(input_ids=ids, labels=labels, position_ids=pos).loss
+                else:  # cross-entropy on the model's dtype, as worker/trainer/model.py token_loss_sum
+                    logits = model(input_ids=ids, position_ids=pos).logits
+                    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                             labels.reshape(-1), reduction="none").float().sum()
+                    del logits
+                loss.backward()
         snap = tracker.get_tracker_snapshot("peak")
-    dev = next(iter(snap))
-    peak = dict(snap[dev])
+    peak = dict(snap[ids.device])
     # Parameters/buffers are model states; "Gradient" is the parameter gradient in flight before the hook drops
     # it (the analytical model counts that under zero_buffers).
     static = sum(peak.get(k, 0) for k in ("Parameter", "Buffer", "Other", "Gradient"))
@@ -190,7 +271,7 @@ def traced_estimate(plan) -> dict:
     except ValueError as e:  # e.g. an architecture without sdpa support under sp_size > 1
         return {"valid": False, "errors": [{"field": "model.config", "message": f"cannot trace this model: {e}"}]}
     analytical = analytical_activation_peak(spec)
-    not_traced = [k for k in ("tiled_mlp", "tiled_logits_loss", "checkpoint_offload") if getattr(spec, k)]
+    not_traced = [k for k in ("tiled_logits_loss",) if getattr(spec, k)]
     return {"valid": True, "not_traced": not_traced,
             "liger": "stand-ins with Liger's allocations (Triton does not run on CPU)" if spec.liger_kernel else None,
             "traced_activation_peak_gib": traced["activation_peak"] / GIB,

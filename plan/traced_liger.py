@@ -88,6 +88,11 @@ def _functions():
     return RMSNorm, SiLUMul, FusedLinearCrossEntropy
 
 
+def liger_swiglu():
+    """The SwiGLU stand-in (for the trace's TiledMLP shards)."""
+    return _functions()[1]
+
+
 @contextlib.contextmanager
 def liger_standins(model, fused_loss: bool = True):
     """Patch a built HF causal LM as Transformers' use_liger_kernel does (every RMSNorm, the SwiGLU MLPs, and with

@@ -111,18 +111,20 @@ for what, (plan, field) in bad.items():
 code, em = run(BASE, "--max-seq")
 if check(em is not None and isinstance(em.get("max_seq_len"), int), "--max-seq: no integer max_seq_len"):
     check(em["max_seq_len"] % 4 == 0, "--max-seq: max_seq_len not a multiple of sp_size")
-    check(em.get("likely") == em["max_seq_len"] and 0 < em.get("safe", 0) <= em["max_seq_len"],
-          "--max-seq: want likely == max_seq_len and 0 < safe <= likely")
-    _, at = run(variant(training__seq_len=em["max_seq_len"]))
-    _, over = run(variant(training__seq_len=em["max_seq_len"] + 4 * 1024))
-    _, safe = run(variant(training__seq_len=em["safe"]))
+    check(em.get("safe") == em["max_seq_len"] and 0 < em["max_seq_len"] <= em.get("likely", 0),
+          "--max-seq: want safe == max_seq_len and 0 < max_seq_len <= likely")
+    _, at = run(variant(training__seq_len=em["likely"]))
+    _, over = run(variant(training__seq_len=em["likely"] + 4 * 1024))
+    _, safe = run(variant(training__seq_len=em["max_seq_len"]))
+    _, past = run(variant(training__seq_len=em["max_seq_len"] + 4 * 1024))
 
     def point_fits(e):
         m = (e or {}).get("memory", {})
         return m.get("device_total_gib", 1e9) <= m.get("gpu_capacity_gib", 0)
     check(point_fits(at), "--max-seq: the likely answer's point estimate does not fit")
-    check(not point_fits(over), "--max-seq: 4K tokens more still fits")
-    check((safe or {}).get("memory", {}).get("verdict") == "fits", "--max-seq: the safe answer's verdict is not fits")
+    check(not point_fits(over), "--max-seq: 4K tokens past likely still fits")
+    check((safe or {}).get("memory", {}).get("fits") is True, "--max-seq: max_seq_len's memory.fits is not true")
+    check((past or {}).get("memory", {}).get("fits") is False, "--max-seq: 4K tokens past max_seq_len still fits")
 
 for f in failures:
     print("FAIL:", f)

@@ -18,15 +18,18 @@ def with_training(**kw):
 
 @pytest.mark.parametrize("changes", [{}, {"tiled_logits_loss": True, "tiled_mlp": True, "checkpoint_offload": True}])
 def test_max_seq_is_the_boundary(changes):
-    # `likely` (= max_seq_len) is where the point estimate stops fitting, `safe` where the band's high end does.
+    # `safe` (= max_seq_len) is where memory.fits stops (the band's high end), `likely` where the point estimate does.
     r = max_seq_len(with_training(**changes))
-    n, safe = r["max_seq_len"], r["safe"]
+    n, safe = r["likely"], r["safe"]
+    assert r["max_seq_len"] == safe
     assert isinstance(n, int)
     assert n > 0
     assert n % 4 == 0
-    assert r["likely"] == n
     assert 0 < safe < n <= r["optimistic"]
     assert safe % 4 == 0
+    assert estimate(with_training(seq_len=safe, **changes))["memory"]["fits"]
+    assert not estimate(with_training(seq_len=safe + 4, **changes))["memory"]["fits"]
+    assert r["estimate"]["memory"]["fits"]  # the estimate is at max_seq_len
 
     def point_fits(seq):
         m = estimate(with_training(seq_len=seq, **changes))["memory"]

@@ -81,3 +81,33 @@ def test_traced_liger_uses_less_than_hf():
         hf = traced_estimate(plan(QWEN_BIG_VOCAB, 1, 1024, True))["traced_activation_peak_gib"]
         lk = traced_estimate(plan(QWEN_BIG_VOCAB, 1, 1024, True, liger=True))["traced_activation_peak_gib"]
     assert lk < 0.5 * hf                                # the logits never exist in full
+
+
+def traced_gib(cfg, sp, seq, **training):
+    p = plan(cfg, sp, seq, True, liger=training.pop("liger", False))
+    p["training"].update(training)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = traced_estimate(p)
+    assert r["valid"] is True
+    assert r["not_traced"] == [], r
+    return r["traced_activation_peak_gib"], r["analytical_activation_peak_gib"]
+
+
+def test_the_trace_holds_no_s_squared_causal_mask():
+    """The wrapped attention is causal without a mask, as flash attention on the GPU: doubling the sequence doubles
+    the traced peak, with no S x S boolean mask on top."""
+    short, _ = traced_gib(LLAMA, 1, 2048, liger=True)
+    long, _ = traced_gib(LLAMA, 1, 4096, liger=True)
+    assert long / short < 2.03, (short * 1024, long * 1024)
+
+
+def test_tiled_mlp_and_checkpoint_offload_are_traced():
+    """DeepSpeed's TiledMLP and the checkpoint offload run in the trace; the planner is not below either."""
+    liger, _ = traced_gib(LLAMA, 1, 4096, liger=True)
+    tiled, tiled_planned = traced_gib(LLAMA, 1, 4096, liger=True, tiled_mlp=True)
+    offload, offload_planned = traced_gib(LLAMA, 1, 4096, liger=True, tiled_mlp=True, checkpoint_offload=True)
+    assert tiled < liger, (liger * 1024, tiled * 1024)
+    assert offload < tiled, (tiled * 1024, offload * 1024)
+    assert tiled_planned >= 0.95 * tiled
+    assert offload_planned >= 0.95 * offload
