@@ -8,9 +8,10 @@ import pytest
 
 from backend.core import db, settings
 from backend.executors.slurm.poller import Poller, tracked_runs
-from backend.executors.slurm.submit import Job
+from backend.executors.slurm.submit import Job, run_dir_of
 from backend.runs import transitions
 from backend.runs.models import Run
+from plan.outcome import OUTCOME_FILE, Cause, Outcome, write_outcome
 
 
 @pytest.fixture(autouse=True)
@@ -57,12 +58,18 @@ def test_pending_shows_the_reason_then_running_then_completed():
     assert tracked_runs() == []  # nothing left to follow
 
 
-@pytest.mark.parametrize("slurm_state,exit_code,ours", [
-    ("FAILED", 1, "failed"), ("FAILED", 3, "oom"), ("OUT_OF_MEMORY", 0, "oom"), ("CANCELLED", 0, "cancelled"),
-    ("FAILED", 76, "stopped")])  # 76: the trainer stopped itself on a stop rule (worker/trainer/guard.py)
-def test_ended_jobs_end_their_runs(slurm_state, exit_code, ours):
+@pytest.mark.parametrize("slurm_state,exit_code,record,ours", [
+    ("FAILED", 1, None, "failed"), ("FAILED", 3, Cause.OOM, "oom"), ("OUT_OF_MEMORY", 0, None, "oom"),
+    ("CANCELLED", 0, None, "cancelled"), ("FAILED", 76, Cause.DIVERGED, "stopped"),
+    ("FAILED", 3, None, "failed"),  # no record: the exit code alone decides no cause
+    ("FAILED", 1, Cause.OOM, "failed")])  # a record the job's exit code does not confirm (an earlier start's)
+def test_ended_jobs_end_their_runs(slurm_state, exit_code, record, ours):
     run_id = queued_slurm_run()
     follow(run_id, "RUNNING")
+    if record is not None:  # what the job's trainer left in its run directory (plan/outcome.py)
+        run_dir = run_dir_of(run_id, settings.get_settings())
+        run_dir.mkdir(parents=True)
+        write_outcome(run_dir, Outcome.of(record, "the trainer's words"), paths=[run_dir / OUTCOME_FILE])
     run = follow(run_id, slurm_state, exit_code=exit_code)
     assert run.state == ours
     assert run.attempts[-1].state == ours
