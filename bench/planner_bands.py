@@ -23,11 +23,21 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.corpus import evaluate_all, source_key  # noqa: E402
-from plan.uncertainty import BANDS_CSV, MIN_ROWS, MIN_SOURCES  # noqa: E402
+from plan.uncertainty import BANDS_CSV, MIN_ROWS, MIN_SOURCES, SHORT_STEP_S  # noqa: E402
 
 # Packed rows (documents of unknown length) are checked against the bands but do not make them: their residual is
 # the distance outside the range of document lengths the row may have, not the error of an estimate.
 REGIMES = ("ulysses", "offload", "ring")
+# Step-time rows whose predicted step is under plan.uncertainty.SHORT_STEP_S make the "short" time band (and only it),
+# as the planner reads them.
+SHORT = "short"
+
+
+def regime_of(res) -> str:
+    if res.kind == "time" and res.row["quantity"] == "step_time" and isinstance(res.predicted, float) \
+            and res.predicted < SHORT_STEP_S:
+        return SHORT
+    return res.row["regime"]
 
 
 def _band(rs: list[float]) -> tuple[float, float]:
@@ -56,7 +66,9 @@ def compute() -> list[dict]:
         if res.residual is None or res.kind == "other" or res.row["regime"] not in REGIMES or res.flagged:
             continue
         src = source_key(res.row)
-        groups[(res.row["regime"], res.kind)][src].append(res.residual)
+        groups[(regime_of(res), res.kind)][src].append(res.residual)
+        if regime_of(res) == SHORT:
+            continue  # the short steps' band is theirs alone: the pooled band serves long steps
         groups[("every", res.kind)][src].append(res.residual)
         if res.row["regime"] != "ring":
             groups[("deepspeed", res.kind)][src].append(res.residual)
@@ -68,7 +80,7 @@ def compute() -> list[dict]:
         groups[("all", kind)] = ds if enough else groups.get(("every", kind), {})
     out = []
     for kind in ("memory", "time"):
-        for regime in ("all", *REGIMES):
+        for regime in ("all", *REGIMES, *((SHORT,) if kind == "time" else ())):
             g = groups.get((regime, kind), {})
             n = sum(len(v) for v in g.values())
             if regime != "all" and (n < MIN_ROWS or len(g) < MIN_SOURCES):

@@ -56,8 +56,8 @@ def estimate_cost(spec: Spec, train_tokens: int | None = None) -> dict | None:
     stages = _stages(spec, train_tokens)
     if stages is None:
         return None
-    lo_b, hi_b = band(spec, "time")
     wall = sum(n * estimate_throughput(s)["step_time_s"] for s, n in stages)
+    lo_b, hi_b = band(spec, "time", step_s=wall / sum(n for _, n in stages))  # the regime of the mean step
     wall_range = [wall * math.exp(lo_b), wall * math.exp(hi_b)]
     gpus = spec.world
     gpu_hours = wall * gpus / 3600

@@ -54,8 +54,8 @@ def memory_section(spec: Spec, mem: dict, method: str = "ulysses") -> dict:
 
 
 def throughput_section(spec: Spec, tp: dict, method: str = "ulysses") -> dict:
-    lo, hi = band(spec, "time", method)
     step, tps = tp["step_time_s"], tp["tokens_per_s"]
+    lo, hi = band(spec, "time", method, step)
     return {"step_time_s": _sig(tp["step_time_s"]), "tokens_per_s": _r(tp["tokens_per_s"], 1),
             "step_time_s_range": [_sig(step * math.exp(lo)), _sig(step * math.exp(hi))],
             "tokens_per_s_range": [_r(tps * math.exp(-hi), 1), _r(tps * math.exp(-lo), 1)],

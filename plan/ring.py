@@ -92,7 +92,7 @@ def _ring(spec: Spec, u: int, r: int) -> dict:
     volume = spec.grad_accum * L * (r - 1) * chunk * (passes_fwd + 1 + 4 / B)
     volume += spec.grad_accum * L * (passes_fwd + 1) * _a2a_bytes(virtual, u)
     step = tp["step_time_s"] + ring_s
-    lo_t, hi_t = band(spec, "time", "ring")
+    lo_t, hi_t = band(spec, "time", "ring", step)
     n_tokens = S * spec.sequences_per_step
     return {"device_total_gib": _r(device_total), **_bands(spec, device_total, sec["gpu_capacity_gib"], step, "ring"),
             "comm_gb_per_step": _r(volume / 1e9), "exposed_ring_s": ring_s,
@@ -105,7 +105,7 @@ def _bands(spec: Spec, device_total: float, capacity: float, step: float, method
     """The memory and step-time bands of an option (plan.uncertainty) and its verdict."""
     total_range = scaled(device_total, band(spec, "memory", method))
     v = verdict(total_range[0], total_range[1], capacity)
-    lo, hi = band(spec, "time", method)
+    lo, hi = band(spec, "time", method, step)
     return {"device_total_gib_range": total_range, "verdict": v, "verdict_label": LABELS[v], "fits": v == "fits",
             "step_time_s_range": [step * math.exp(lo), step * math.exp(hi)]}
 

@@ -19,6 +19,13 @@ BANDS_CSV = Path(__file__).resolve().parent / "data" / "uncertainty_bands.csv"
 # A regime with fewer rows or publications than this borrows the pooled band of that kind ("all", see
 # bench/planner_bands.py).
 MIN_ROWS, MIN_SOURCES = 3, 2
+# Step time has a regime of its own for short steps: below this predicted step time the fixed per-step costs (the
+# host's work per module and micro batch, launch latency, synchronisation; docs/host-overhead.md) weigh most and are
+# modelled least. In the corpus every step predicted at 100 s or more is published within 0.97-1.17x (T9, 1.82x, is
+# a ring row), while the steps predicted under 30 s (the ALST paper's 8-27 s rows, the H100 check's 0.03-4 s rows)
+# run up to 11x longer: a band built from both would be 11x wide for a 30-minute step. The boundary lies in the
+# corpus's gap between 27 s and 50 s predicted steps; bench/planner_bands.py builds the short band from those rows.
+SHORT_STEP_S = 30.0
 
 
 @lru_cache(maxsize=1)
@@ -28,10 +35,13 @@ def bands() -> dict[tuple[str, str], tuple[float, float]]:
     return {(r["regime"], r["kind"]): (float(r["low"]), float(r["high"])) for r in rows}
 
 
-def regime(spec, kind: str, method: str = "ulysses") -> str:
-    """The corpus regime an estimate belongs to: ring for ring/hybrid attention; offload when anything moves to
-    the host; else ulysses (Ulysses/DP on DeepSpeed ZeRO). A stated `document_len` is an estimate like any other
-    (the corpus's packed rows, of unknown document length, check the bands but do not make them)."""
+def regime(spec, kind: str, method: str = "ulysses", step_s: float | None = None) -> str:
+    """The corpus regime an estimate belongs to: for step time, short when the predicted step (`step_s`) is under
+    SHORT_STEP_S; ring for ring/hybrid attention; offload when anything moves to the host; else ulysses
+    (Ulysses/DP on DeepSpeed ZeRO). A stated `document_len` is an estimate like any other (the corpus's packed
+    rows, of unknown document length, check the bands but do not make them)."""
+    if kind == "time" and step_s is not None and step_s < SHORT_STEP_S:
+        return "short"
     if method != "ulysses":
         return "ring"
     if spec.offload_optimizer or spec.offload_params or spec.checkpoint_offload:
@@ -39,9 +49,10 @@ def regime(spec, kind: str, method: str = "ulysses") -> str:
     return "ulysses"
 
 
-def band(spec, kind: str, method: str = "ulysses") -> tuple[float, float]:
+def band(spec, kind: str, method: str = "ulysses", step_s: float | None = None) -> tuple[float, float]:
+    """The band of the estimate's regime (`step_s`: the predicted step time, for a time band)."""
     b = bands()
-    return b.get((regime(spec, kind, method), kind)) or b[("all", kind)]
+    return b.get((regime(spec, kind, method, step_s), kind)) or b[("all", kind)]
 
 
 def scaled(x: float, b: tuple[float, float], nd: int = 3) -> list[float]:
