@@ -1,6 +1,6 @@
 """Load on the API over loopback: the estimate endpoint and metric ingest, 50 concurrent clients each for
 30 s (bounded in time and count), against a fresh API on PostgreSQL. Prints requests/s, p50/p99 latency,
-the error count and the CPU time per request of the API and of this load generator. Targets (issue 6): zero
+the error count and the CPU time per request of the API and of this load generator. Targets: zero
 errors, p99 of the estimate <= 50 ms.
 
 Three phases:

@@ -21,7 +21,7 @@ whole run (steps 2 to the end, callbacks included: stage_timings.jsonl `after_fi
 
 Usage: .venv/bin/python bench/peer_alst.py [--seq-len 512] [--steps 8] [--pairs 6] [--zero-stage 2]
        [--json OUT.json]   (2 CPU ranks, a tiny Llama, fp32; --cuda: both ranks share GPU 0 over gloo, bf16)
-Prints figures; asserts nothing. Targets (issue text): ours at most 1.05x the peer's step, losses within 1e-5.
+Prints figures; asserts nothing. Targets: ours at most 1.05x the peer's step, losses within 1e-5.
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/planner_accuracy.py [--csv PATH]
 
-Targets (issue 17): the blog's SP rows within 10% on memory, read as bench/data/published_hf_blog_qwen3_4b.csv
+Targets: the blog's SP rows within 10% on memory, read as bench/data/published_hf_blog_qwen3_4b.csv
 states (ZeRO-3 with the optimizer states on the GPU; "peak_gb" = torch max_memory_allocated in GiB, our
 `peak_allocated_gib`); the 128K row predicted not to fit; the ALST max context within 10%. The blog's tokens/s are
 packed shorter documents of unknown length (the CSV's DECIDED line): they are a range check only, i.e. each must

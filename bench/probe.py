@@ -1,4 +1,4 @@
-"""How far the probe's depth line lands from a real full-depth run (issue 27), on CPU ranks.
+"""How far the probe's depth line lands from a real full-depth run, on CPU ranks.
 
 For each layout (sp 1/2 x ZeRO 2/3) and model depth (8 and 16 layers) of a small Llama-shaped model: `ulab probe`
 at 1, 2 and 4 layers plus --full (the real run of the same plan at full depth), then the relative error of the

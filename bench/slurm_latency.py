@@ -1,4 +1,4 @@
-"""How fast Slurm runs move on the dashboard (issue 19): a one-node Slurm cluster of its own (tests/slurm_cluster.py;
+"""How fast Slurm runs move on the dashboard: a one-node Slurm cluster of its own (tests/slurm_cluster.py;
 root, slurm-wlm and munge installed: `make slurm`), the API with the H100 queue on the Slurm executor, and tiny
 runs (torchrun, 2 CPU ranks in the job). For each run it prints
   - approval -> running: from sending the approve call (which runs sbatch) to the API first answering

@@ -2,7 +2,7 @@
 (torchrun, 2 CPU ranks) through the API, a Celery worker (Redis) and PostgreSQL, watched in Chromium. Each step's
 latency is the time the loss chart first held that step minus the `time` the trainer wrote into the step's
 metrics.jsonl line (same machine clock). The path: the worker's shipper (polls the file every 0.5 s) -> batch
-ingest -> the run's SSE stream (polls the database every 0.25 s) -> the chart. Target (issue 5): within 1 s.
+ingest -> the run's SSE stream (polls the database every 0.25 s) -> the chart. Target: within 1 s.
 
 tests/e2e/test_dashboard_latency.py measures the API -> page part on every `make test`.
 

@@ -5,8 +5,9 @@ one real `ulab train` run per row (torchrun, gloo, 2 steps; the figure is step 2
 exist). "measured" is the trainer's own per-rank peak on CPU (worker/trainer/metrics.py TensorMemoryTracker:
 bytes of live tensor storages, states registered at the step's start); "planned" is plan.memory.estimate_memory
 for the same plan, the unrounded sum of the peak phase (plan-v1 `peak_allocated_gib`) less the terms that exist
-only on CUDA (`cpu_absent_bytes`: the cuBLAS workspaces), plus the states an offloading plan keeps in host memory
-(on CPU ranks that is the same memory, and the meter counts them). tests/integration/test_trainer_memory.py holds
+only on CUDA or that the CPU meter cannot see (`cpu_absent_bytes`: the cuBLAS workspaces, ZeRO-3's IPG bucket),
+plus the states an offloading plan keeps in host memory (on CPU ranks that is the same memory, and the meter counts
+them). tests/integration/test_trainer_memory.py holds
 the session's shared trained runs (tests/integration/trainer_runs.py) to the same comparison and TOLERANCE.
 
 Features in one process (`feature_drops`, also tested): TiledMLP, the tiled logits loss and the loss on bf16 logits
@@ -55,11 +56,18 @@ ONE_DOCUMENT = {"sp2 z2 one document"}
 TOLERANCE = (0.75, 1.5)
 
 
-def cpu_absent_bytes() -> int:
-    """Planner terms that exist only on CUDA: the cuBLAS workspaces (plan.memory.CUBLAS_WORKSPACE_BYTES)."""
-    from plan.memory import CUBLAS_WORKSPACE_BYTES
+def cpu_absent_bytes(spec=None) -> int:
+    """Planner terms the CPU meter cannot see: the cuBLAS workspaces, which exist only on CUDA
+    (plan.memory.CUBLAS_WORKSPACE_BYTES), and, under ZeRO-3, the IPG gradient bucket, which DeepSpeed allocates when
+    it builds the optimizer (stage3.py: `bucket.buffer = torch.empty(self.reduce_bucket_size, ...)` after
+    initialize_optimizer_states), before any step, and never registers: the meter (worker/trainer/metrics.py
+    TensorMemoryTracker) counts the registered states and what a step creates."""
+    from plan.memory import CUBLAS_WORKSPACE_BYTES, grad_comm_bytes, zero_bucket_elements
 
-    return CUBLAS_WORKSPACE_BYTES
+    bucket = 0
+    if spec is not None and spec.zero_stage == 3:
+        bucket = grad_comm_bytes(spec) * zero_bucket_elements(spec.model.total_params)
+    return CUBLAS_WORKSPACE_BYTES + bucket
 
 
 def make_plan(data: Path, name: str, steps: int = 2, **run) -> dict:
@@ -91,7 +99,7 @@ def planned(plan: dict) -> dict:
     # pins nothing, so torch's pinned-allocator rounding does not apply
     host_terms = cpu_terms(v.spec, 0.0, pinned=False)["breakdown"]
     host = sum(host_terms[k] for k in ("optimizer", "grads", "params")) / v.spec.ranks_per_node
-    return {"bytes": mem["allocated"] - cpu_absent_bytes() + host, "phase": mem["peak_phase"],
+    return {"bytes": mem["allocated"] - cpu_absent_bytes(v.spec) + host, "phase": mem["peak_phase"],
             "host_states": host, "breakdown": {k: float(x) for k, x in mem["breakdown"].items()}}
 
 

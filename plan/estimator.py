@@ -17,6 +17,16 @@ def _r(x: float, nd: int = 3) -> float:
     return round(float(x), nd)
 
 
+def _r_kept(x: float, nd: int) -> float:
+    """`x` at `nd` decimals, or at 2 significant digits where those decimals would keep fewer: the tiny CPU plan's
+    0.022 TFLOPS per GPU (its step is the host floor) must not read 0.0, which no measurement can be compared with
+    (the run page's 10x rule) and no page can print as anything but 0. Figures of 10**-nd and more are as before."""
+    x = float(x)
+    if x == 0 or not math.isfinite(x):
+        return x
+    return round(x, max(nd, 1 - math.floor(math.log10(abs(x)))))
+
+
 def _sig(x: float) -> float:
     """Six significant digits: a tiny model's step (tens of microseconds on an H100) must not round to 0 s."""
     return float(f"{float(x):.6g}")
@@ -62,8 +72,9 @@ def throughput_section(spec: Spec, tp: dict, method: str = "ulysses") -> dict:
             "sequences_per_step": spec.sequences_per_step, "tokens_per_step": spec.tokens_per_step,
             "time_per_billion_tokens_s": _sig(1e9 / tps),
             "time_per_billion_tokens_s_range": [_sig(1e9 / tps * math.exp(lo)), _sig(1e9 / tps * math.exp(hi))],
-            "tokens_per_s_per_gpu": _r(tp["tokens_per_s_per_gpu"], 1), "tflops_per_gpu": _r(tp["tflops_per_gpu"], 1),
-            "mfu": _r(tp["mfu"], 4), "time_breakdown_s": {k: _sig(v) for k, v in tp["time_breakdown_s"].items()}}
+            "tokens_per_s_per_gpu": _r(tp["tokens_per_s_per_gpu"], 1),
+            "tflops_per_gpu": _r_kept(tp["tflops_per_gpu"], 1), "mfu": _r_kept(tp["mfu"], 4),
+            "time_breakdown_s": {k: _sig(v) for k, v in tp["time_breakdown_s"].items()}}
 
 
 def invalid(errors: list[FieldError], warnings: list[FieldError] | None = None) -> dict:

@@ -73,9 +73,9 @@ CPU_STEP_BYTES_PER_PARAM = {"fp32": 8 + 28 + 6, "bf16": 4 + 14 + 0}
 ADAM_CPU_BYTES_PER_PARAM = 28
 # DeepSpeedCPUAdam on one core (one OpenMP thread), parameters per second: bench/cpu_adam.py (fp32 partitions as
 # ZeRO-Offload hands them, 50M parameters, median of 5 steps) measured 0.647e9 with one thread on this project's
-# 2-core machine under load (load average 12, niced; 2026-11-27), and 0.40-1.07e9 per core in issue 23's earlier
-# runs; two threads gave 0.378e9 per core (the channels are shared). The step is bound by the core's memory
-# bandwidth (28 B/param: ~18 GB/s). This session's one-thread figure is used.
+# 2-core machine under load (load average 12, niced), and 0.40-1.07e9 per core in earlier runs; two threads gave
+# 0.378e9 per core (the channels are shared). The step is bound by the core's memory bandwidth (28 B/param:
+# ~18 GB/s). The one-thread figure is used.
 CPU_ADAM_PARAMS_PER_S_PER_CORE = 0.65e9
 # The node's memory bandwidth caps the sum over its cores: ZeRO-Offload (Ren et al., USENIX ATC 2021), Table 2:
 # CPU-Adam updates 1B parameters in 0.22 s and 10B in 2.57 s on a DGX-2's two 24-core Xeon Platinum 8168, about

@@ -82,7 +82,7 @@ class TrainingFields:
     def liger_fused_loss(self) -> bool:
         """Whether Liger's fused linear cross-entropy computes the loss (no [tokens, vocab] logits tensor): with
         liger_kernel, unless the tiled logits loss owns the lm_head. The trainer (worker/trainer/sp_trainer.py) and
-        the planner (plan/memory.py loss_terms) both read this one rule. On the H100 check (2026-11-27) ALST + Liger
+        the planner (plan/memory.py loss_terms) both read this one rule. On the H100 check ALST + Liger
         (tiled logits loss on) measured 3.47 GiB where the planner, counting the fused loss, said 0.32.
         Under ZeRO-3 too: Liger's lce_forward reads lm_head.weight outside the head's forward, and DeepSpeed gathers
         it there (runtime/engine.py _forward_prologue marks every module in forward; zero/parameter_offload.py

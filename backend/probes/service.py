@@ -1,4 +1,4 @@
-"""Probe runs (issue 27): a stored plan trained for a few steps at reduced depth with random weights, on the plan's
+"""Probe runs: a stored plan trained for a few steps at reduced depth with random weights, on the plan's
 own GPUs, through the normal queue and executor, as a run of kind "probe" (worker/probe.py runs it). Its result
 (plan/probe.py: measured per depth and rank, extrapolated to the model's depth, the planner's figures beside) is
 stored with the plan and filed in the calibration store as measured rows of its GPU type (CPU ranks: GPU "cpu").

@@ -89,7 +89,7 @@ class Run(Base):
     idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
     # sha256 of that submit's body (service.body_fingerprint): the key with another body is refused, not answered
     idempotency_fingerprint: Mapped[str | None] = mapped_column(String(64), nullable=True)
-    # "train", or "probe": the plan at reduced depth, measured and extrapolated (worker/probe.py; issue 27)
+    # "train", or "probe": the plan at reduced depth, measured and extrapolated (worker/probe.py)
     kind: Mapped[str] = mapped_column(String(16), default="train", server_default="train")
     probe_request: Mapped[dict | None] = mapped_column(JSON, nullable=True)  # {"depths", "steps"} of a probe
 

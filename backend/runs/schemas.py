@@ -101,7 +101,7 @@ class RunOut(BaseModel):
                                                       "(\"resume from here\"); null: the newest")
     tags: list[str] = []
     notes: str = ""
-    kind: str = Field("train", description='"train", or "probe": the plan at reduced depth, measured (issue 27)')
+    kind: str = Field("train", description='"train", or "probe": the plan at reduced depth, measured')
 
     @field_validator("tags", mode="before")
     @classmethod

@@ -1,4 +1,4 @@
-"""runs.kind: "train", or "probe" (a short run of the plan at reduced depth, issue 27), and a probe's depths and
+"""runs.kind: "train", or "probe" (a short run of the plan at reduced depth), and a probe's depths and
 steps (runs.probe_request); plans.probe: the plan's
 latest probe result (plan/probe.py's JSON, with the run that measured it)
 

@@ -1,5 +1,5 @@
 """workers.heartbeat_at: a running worker writes it every few seconds; GET /api/workers calls a worker whose heartbeat
-is older than ULAB_WORKER_LOST_AFTER_S `lost`, and approval no longer counts its kernels (issue 24)
+is older than ULAB_WORKER_LOST_AFTER_S `lost`, and approval no longer counts its kernels
 
 Revision ID: 0020
 Revises: 0013

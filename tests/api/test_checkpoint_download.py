@@ -1,4 +1,4 @@
-"""Checkpoint download (issue 28): GET /api/runs/{id}/checkpoints/{name} streams a tar of one checkpoint directory,
+"""Checkpoint download: GET /api/runs/{id}/checkpoints/{name} streams a tar of one checkpoint directory,
 for the roles that may read the run; a missing checkpoint is a 404 naming it; nothing outside the run's checkpoints
 directory can be reached through the name."""
 from __future__ import annotations

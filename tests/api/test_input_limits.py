@@ -1,4 +1,4 @@
-"""Input hardening (issue 16, items 3 and 4): a request the database or the planner cannot take is a 4xx naming the
+"""Input hardening: a request the database or the planner cannot take is a 4xx naming the
 field, never a 500 and never a stored row that breaks later reads. Real PostgreSQL: tests/integration/test_hardening.py.
 """
 from __future__ import annotations
@@ -148,7 +148,7 @@ def test_security_headers(client, tokens):
 
 def test_a_server_error_carries_the_security_headers(app_env):
     """A 500 (an unhandled exception) is answered by Starlette's error middleware, which used to sit outside the
-    headers middleware: its answer came without them (issue 25)."""
+    headers middleware: its answer came without them."""
     from fastapi.testclient import TestClient
 
     from backend.main import create_app

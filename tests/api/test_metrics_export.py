@@ -1,4 +1,4 @@
-"""Every stored point of a run as CSV and Parquet (issue 28): GET /api/runs/{id}/metrics.csv and .parquet."""
+"""Every stored point of a run as CSV and Parquet: GET /api/runs/{id}/metrics.csv and .parquet."""
 from __future__ import annotations
 
 import csv

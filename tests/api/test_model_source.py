@@ -58,7 +58,7 @@ def test_a_name_under_the_models_root_resolves_to_its_directory(client, admin, m
 
 
 def test_planning_and_exports_of_a_preset_run_never_need_its_weights(client, admin, data):
-    """Issue 28: a planning host holds no weights; the estimate, --effective, the exports and the zip answer."""
+    """A planning host holds no weights; the estimate, --effective, the exports and the zip answer."""
     plan = PRESET | {"run": {"data": {"path": str(data)}}}
     for path in ("/api/estimate", "/api/plans/effective", "/api/estimate/export", "/api/estimate/export.zip"):
         r = client.post(path, json=plan, headers=admin)
@@ -67,7 +67,7 @@ def test_planning_and_exports_of_a_preset_run_never_need_its_weights(client, adm
 
 
 def test_a_checkpoint_without_a_tokenizer_is_refused_at_approval_naming_the_field(client, admin, models_dir, data):
-    """Issue 28: without tokenizer files Transformers builds an empty tokenizer and the run fails blaming its data;
+    """Without tokenizer files Transformers builds an empty tokenizer and the run fails blaming its data;
     approval names run.model_path, or run.tokenizer when the plan names one."""
     bare = save_tiny_checkpoint(models_dir / "acme" / "no-tokenizer", weights=False)
     r = submit(client, admin, tiny_plan(), {"data": {"path": str(data)}, "model_path": "acme/no-tokenizer"})
@@ -156,7 +156,7 @@ def test_approval_refuses_a_hub_id_that_is_not_downloaded_and_a_missing_data_fil
 
 
 # huggingface_hub rejects these as repo ids (HFValidationError), and no system takes a path part over 255 bytes:
-# each was a 500 (issue 25), and is a 422 naming the field
+# each was a 500, and is a 422 naming the field
 NOT_HUB_IDS = ["org/na--me", "a/..", "org/x.", "org/-x", "org/a..b", "a/."]
 LONG_PART = "/tmp/" + "x" * 256
 

@@ -154,7 +154,7 @@ def test_defaults_endpoint_is_the_model(client, tokens):
 
 
 def test_the_page_and_the_cli_share_one_cpu_memory_default(client, tokens):
-    """Issue 28: the page started from 1,900 GiB per node, `ulab plan` from 1,024."""
+    """The page started from 1,900 GiB per node, `ulab plan` from 1,024."""
     from plan.model import Hardware
 
     d = client.get("/api/plans/defaults", headers=as_role(client, tokens, "viewer")).json()

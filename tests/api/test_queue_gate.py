@@ -1,4 +1,4 @@
-"""Issue 25: one gate for every path to `queued` (approve, force, retry, resume from here), only the tokens of a run's
+"""One gate for every path to `queued` (approve, force, retry, resume from here), only the tokens of a run's
 live attempt write it, completeness counts the live attempt's points, and tags/notes follow cancel's ownership."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Re-send of queued runs by the API's supervision loop (issue 16, item 5): a run unclaimed for ULAB_RESEND_AFTER_S
+"""Re-send of queued runs by the API's supervision loop: a run unclaimed for ULAB_RESEND_AFTER_S
 is sent again, then after a doubling wait. The real broker flush: tests/integration/test_faults.py."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""An unnamed run from an unnamed plan is called by its model, layout and context (issue 28: it was "plan 9"), the
+"""An unnamed run from an unnamed plan is called by its model, layout and context (it was "plan 9"), the
 name the runs list and the run page show."""
 from __future__ import annotations
 

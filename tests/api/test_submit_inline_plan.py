@@ -1,4 +1,4 @@
-"""The planner's Submit sends the plan with its run (issue 28): the plan is stored only when the run is created, so a
+"""The planner's Submit sends the plan with its run: the plan is stored only when the run is created, so a
 refused submit leaves no plan behind; a typed "abc" learning rate is named as not a number."""
 from __future__ import annotations
 

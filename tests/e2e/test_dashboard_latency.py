@@ -1,5 +1,5 @@
 """How long a new metric point takes to reach an open run page (API batch ingest -> SSE -> chart).
-Measured, printed and saved to test-artifacts/sse-latency.json; not a timed assertion (issue 5). The whole
+Measured, printed and saved to test-artifacts/sse-latency.json; not a timed assertion. The whole
 path from the trainer's write is bench/stream_latency.py."""
 import json
 import statistics

@@ -20,7 +20,7 @@ def test_tags_notes_tag_filter_and_final_loss(stack, api, corpus):
     with chromium_page(height=1000) as page:
         page.goto(f"{stack.url}/#/runs/{rid}")
         page.locator("[data-testid=run-labels]").wait_for(timeout=20_000)
-        # every stored point, as the run page's CSV button downloads it (issue 28)
+        # every stored point, as the run page's CSV button downloads it
         with page.expect_download() as info:
             page.click("[data-testid=download-metrics-csv]")
         assert info.value.suggested_filename == f"run-{rid}-metrics.csv"

@@ -88,7 +88,7 @@ def test_submit_approve_and_watch_the_loss_chart_grow(api_server, api, corpus):
         page.wait_for_function("n => Number(document.querySelector('[data-testid=loss-chart]')?.dataset.points) === n",
                                arg=n, timeout=20_000)
         assert _points(page, "memory-chart") >= n  # one line per rank
-        # a CPU run is labelled as CPU ranks, and the plan's H100 predictions are not drawn (issue 18)
+        # a CPU run is labelled as CPU ranks, and the plan's H100 predictions are not drawn
         assert "CPU ranks × 2" in page.inner_text("[data-testid=run-device]")
         assert page.get_attribute("[data-testid=memory-chart-wrap]", "data-predicted-gib") == ""
         assert page.locator("[data-testid=planner-hidden-cpu]").is_visible()

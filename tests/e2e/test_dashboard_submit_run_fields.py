@@ -75,7 +75,7 @@ def test_submit_from_the_form_with_a_checkpoint_under_the_models_root(stack, api
 
 
 def test_the_form_is_as_strict_as_the_cli(api_server, api):
-    """Issue 28: a misspelt key pasted into "Load into the form" is refused by name with the API's hint, as are an
+    """A misspelt key pasted into "Load into the form" is refused by name with the API's hint, as are an
     unknown GPU and preset (never dropped, nor shown as another valid value); a refused submit says why beside the
     field and stores no plan."""
     import copy

@@ -1,4 +1,4 @@
-"""Issue 23 in Chromium against the real API: the planner page and the run page state the memory range and the
+"""In Chromium against the real API: the planner page and the run page state the memory range and the
 verdict in words ("fits with 9–17 GiB to spare", "may not fit: 74–86 GiB of 80"), the step-time and tokens/s
 ranges, and Recommend keeps what the user set (8 sequences per optimizer step stay 8 after "use this")."""
 from __future__ import annotations

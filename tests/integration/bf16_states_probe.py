@@ -106,7 +106,7 @@ if __name__ == "__main__":
     main([int(a) for a in sys.argv[1:] if a.isdigit()])
     # Its rows printed, the probe skips the interpreter's teardown: there, with four DeepSpeed engines built and
     # destroyed under gloo, a rank aborted ("terminate called without an active exception", SIGABRT) in 2-3 of 10
-    # runs here (2026-11-27; 5 of 10 with the process group destroyed first), after every row was printed.
+    # runs here (5 of 10 with the process group destroyed first), after every row was printed.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

@@ -1,4 +1,4 @@
-"""The planner's exports run as downloaded (issue 28): the zip of a two-node CPU plan, unzipped where there is no
+"""The planner's exports run as downloaded: the zip of a two-node CPU plan, unzipped where there is no
 repository, with the trainer installed from a wheel this test builds, runs unedited: its torchrun lines (one per
 "node", on this machine), its sbatch script on the real slurmctld/slurmd, and its DeepSpeed JSON / Accelerate YAML /
 training_args.json in DeepSpeed's, Accelerate's and Transformers' own loaders. One Chromium click downloads the zip.

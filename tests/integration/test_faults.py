@@ -153,7 +153,7 @@ def stored_rows(stack, run_id: int, columns: str = "step, wall_time") -> list[tu
 
 def test_torchrun_sigkill_before_a_checkpoint_then_retry_stores_every_step_once_from_the_retrained_attempt(
         faults, corpus):
-    """Issue 25's first failure: torchrun SIGKILLed before the first checkpoint, the run retried; attempt 2 trains
+    """Torchrun SIGKILLed before the first checkpoint, the run retried; attempt 2 trains
     from scratch. Every step 1..N is stored once, and each stored row is attempt 2's (its wall time is the one in
     attempt 2's metrics file), not attempt 1's. The first attempt's reason names the signal, not torchrun's
     banner."""

@@ -1,4 +1,4 @@
-"""Input hardening against the real API process on PostgreSQL, where the lone-surrogate 500 arose (issue 16, item 3):
+"""Input hardening against the real API process on PostgreSQL, where the lone-surrogate 500 arose:
 PostgreSQL's json type takes the escape "\\ud800", so the row was committed and every later list that read it failed.
 """
 from __future__ import annotations
@@ -66,7 +66,7 @@ def test_the_session_check_holds_for_writers_beside_the_api(pg_stack, monkeypatc
 
 
 def test_a_data_path_made_a_symlink_out_of_the_roots_is_refused_when_the_worker_claims(api, tmp_path):
-    """The real worker claims through transitions.claim, which checks the paths again (issue 16, item 6)."""
+    """The real worker claims through transitions.claim, which checks the paths again."""
     from tests.services import REPO
     from tests.tiny import submit, wait_for
 

@@ -63,7 +63,7 @@ def test_no_server_error_on_any_endpoint(fuzz_stack):
 
 
 def hostile_bodies() -> dict[str, bytes]:
-    """Bodies that once gave 500s (issue 16): a lone surrogate, infinite and huge numbers, deep nesting, invalid
+    """Bodies that once gave 500s: a lone surrogate, infinite and huge numbers, deep nesting, invalid
     UTF-8, a body past the size limit; each inside a valid plan and as the whole body."""
     from tests.tiny import tiny_plan
 
@@ -118,7 +118,7 @@ def test_hostile_bodies_get_no_server_error_on_any_endpoint(fuzz_stack):
     assert not errors, "\n".join(errors[:20])
 
 
-# Paths and hub ids the schema cannot describe (issue 25): names huggingface_hub refuses as repo ids, path parts
+# Paths and hub ids the schema cannot describe: names huggingface_hub refuses as repo ids, path parts
 # over 255 bytes, and anything shaped like org/name.
 HUB_LIKE = st.from_regex(r"\A[A-Za-z0-9][\w.-]{0,20}/[\w.-]{1,20}\Z")
 NOT_HUB_IDS = st.sampled_from(["org/na--me", "a/..", "org/x.", "org/-x", "org/a..b", "a/.", "./a/../..", "/"])

@@ -1,4 +1,4 @@
-"""Runs on a real Slurm (issue 19): munged, slurmctld and slurmd on this machine (tests/slurm_cluster.py, one node,
+"""Runs on a real Slurm: munged, slurmctld and slurmd on this machine (tests/slurm_cluster.py, one node,
 2 CPUs, no GPUs), the API with the H100 queue on the Slurm executor, and the CPU trainer with 2 ranks in the job.
 One cluster and one API serve the whole module; the runs are tiny. Slurm cannot simulate several nodes here:
 the two-node script and the node-list parsing are tested in tests/unit/test_jobscript.py."""

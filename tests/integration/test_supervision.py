@@ -208,7 +208,7 @@ def test_worker_sigkill_mid_run_stops_its_trainer_and_the_retry_stores_every_ste
     dies and stops its ranks, which save a checkpoint); the reaper marks the run lost and queues attempt 2, which
     resumes in the same directory from a checkpoint (step 1 trained once, fewer steps than a checkpoint interval
     trained twice); never are two attempts alive at once; all 120 steps are stored once. The killed worker never
-    removed its trainer's last-words file: the new worker does when it starts (issue 26)."""
+    removed its trainer's last-words file: the new worker does when it starts."""
     steps = REPRO_STEPS
     run, run_dir = submit_long(stack, corpus, "worker-killed", steps=steps,
                                checkpoint_every=REPRO_CHECKPOINT_EVERY, keep_checkpoints=2, max_retries=1)

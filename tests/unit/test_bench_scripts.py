@@ -1,4 +1,4 @@
-"""The planner benches run to the end and print their figures (they are how issue 3's targets are read; a bench
+"""The planner benches run to the end and print their figures (they are how the targets are read; a bench
 that no longer runs would go unnoticed, since `make test` does not otherwise call them). No figure is asserted:
 speed and accuracy are printed, not tested here."""
 import re

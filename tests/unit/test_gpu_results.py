@@ -26,7 +26,7 @@ def measured_rows() -> list[dict]:
 
 
 def test_there_are_measured_gpu_rows():
-    assert len(measured_rows()) >= 7  # the H100 check of 2026-11-27: 7 finished rows
+    assert len(measured_rows()) >= 7  # the H100 check: 7 finished rows
 
 
 @pytest.mark.parametrize("row", measured_rows(), ids=lambda r: f"{r['file']}:{r['name']}")

@@ -1,6 +1,6 @@
 """The trainer's end-of-run checkpoint-offload line and the one pattern its readers use (worker/trainer/
-offload_summary.py). `make gpu-check` read the line with a pattern of an older wording and, on the H100 check of
-2026-11-27, failed its ALST row with "no checkpoint-offload line" whatever the trainer had done."""
+offload_summary.py). `make gpu-check` read the line with a pattern of an older wording and, on the H100 check,
+failed its ALST row with "no checkpoint-offload line" whatever the trainer had done."""
 from __future__ import annotations
 
 from worker.trainer.model import checkpoint_offloader

@@ -211,7 +211,7 @@ def test_approval_reason_says_may_not_fit_for_a_tight_estimate():
 
 
 def test_recommend_with_text_prints_the_same_answer_as_text():
-    """`--text` with `--recommend` (issue 28: it was ignored): the JSON's recommendations, in order, as lines."""
+    """`--text` with `--recommend` (it was ignored): the JSON's recommendations, in order, as lines."""
     path = _write(GUIDE_512K)
     answer = json.loads(CliRunner().invoke(ulab, ["plan", "--json", path, "--recommend"]).output)
     res = CliRunner().invoke(ulab, ["plan", "--json", path, "--recommend", "--text"])

@@ -1,4 +1,4 @@
-"""The planner against its validation corpus (bench/data/published_corpus.csv, issue 23): no change may silently make
+"""The planner against its validation corpus (bench/data/published_corpus.csv): no change may silently make
 a published row worse. Each row's |error| is held to the bound stored in bench/data/corpus_error_bounds.csv (written by
 `bench/planner_validation.py --write-bounds`), and a row its stated range covered stays covered. The uncertainty
 bands the planner reads must be the ones bench/planner_bands.py computes from the corpus."""

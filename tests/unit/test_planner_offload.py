@@ -1,4 +1,4 @@
-"""Issue 23: the offloaded optimizer step as DeepSpeed runs it (CPU passes per sub group, on the cores a rank gets)
+"""The offloaded optimizer step as DeepSpeed runs it (CPU passes per sub group, on the cores a rank gets)
 and bf16 optimizer states (DeepSpeed's bf16 master weights + moments), against hand computations."""
 import pytest
 

@@ -1,4 +1,4 @@
-"""Planner v2 terms (issue 17) against hand computations: Liger kernels, the gradient communication dtype, the
+"""Planner v2 terms against hand computations: Liger kernels, the gradient communication dtype, the
 caching allocator's reserved peak, FlashAttention-2's GQA backward, packed documents and CPU Adam."""
 import copy
 
@@ -191,7 +191,7 @@ def test_cpu_adam_step_time():
     assert thr.estimate_throughput(s)["time_breakdown_s"]["optimizer_step"] == pytest.approx(psi / 8 * 42 / 14e9)
 
 
-# ---- issue 23's leads -----------------------------------------------------------------------------------------
+# ---- open leads ----------------------------------------------------------------------------------------------
 def test_ring_attention_reads_document_len():
     from plan import compare_sp_methods
 

@@ -1,4 +1,4 @@
-"""The shipper reads an attempt's metrics file by identity, not by name and offset (issue 25): a file replaced or
+"""The shipper reads an attempt's metrics file by identity, not by name and offset: a file replaced or
 truncated under it is read again from its start, a torn last line waits for its end, and the files before the
 newest start from scratch are superseded."""
 from __future__ import annotations

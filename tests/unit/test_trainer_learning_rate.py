@@ -1,4 +1,4 @@
-"""A resume at another learning rate trains at it (issue 28): the Trainer restores the checkpoint's scheduler, whose
+"""A resume at another learning rate trains at it: the Trainer restores the checkpoint's scheduler, whose
 base rates are the old run's; `apply_learning_rate` puts the plan's back, on the checkpoint's step count."""
 from __future__ import annotations
 

@@ -70,7 +70,7 @@ def test_bad_plans_name_the_field(path, value, field):
 
 
 def test_a_preset_plan_without_weights_is_valid_and_its_checkpoint_is_checked_where_it_loads(tmp_path, monkeypatch):
-    """Planning, exports and the dry run never need the weights (issue 28): the preset's checkpoint is looked up by
+    """Planning, exports and the dry run never need the weights: the preset's checkpoint is looked up by
     the trainer (ULAB_MODELS_DIR/<preset>, else the hub cache), and a missing one names run.model_path."""
     from plan.exports import exports
     from plan.launch import dry_run

@@ -1,4 +1,4 @@
-"""run_alerts: NaN/Inf and divergence alerts raised at metric ingest; runs.device (issue 18)
+"""run_alerts: NaN/Inf and divergence alerts raised at metric ingest; runs.device
 
 Revision ID: 0010
 Revises: 0007

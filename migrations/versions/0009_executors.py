@@ -1,4 +1,4 @@
-"""runs: executor and Slurm job columns (issue 19)
+"""runs: executor and Slurm job columns
 
 Revision ID: 0009
 Revises: 0007

@@ -1,5 +1,5 @@
 """workers: what each worker reported it can run at its start (library versions, attention kernels, GPU model)
-(issue 24)
+
 
 Revision ID: 0015
 Revises: 0011

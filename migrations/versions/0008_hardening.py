@@ -1,4 +1,4 @@
-"""issue 16 hardening: when a queued run was queued and last sent (re-send of runs a flushed broker lost), the token
+"""Hardening: when a queued run was queued and last sent (re-send of runs a flushed broker lost), the token
 that claimed a run or node (metric writes scoped to it), session tokens (sign-out revokes them), and a submit's
 Idempotency-Key (a repeated submit answers the run it made); and a repair of text stored before the UTF-8 check (a
 lone surrogate, which made every list that read its row fail, becomes "?")

@@ -1,4 +1,4 @@
-"""calibration_points: predicted vs measured memory and tokens/s of finished runs and gpu-check rows (issue 17)
+"""calibration_points: predicted vs measured memory and tokens/s of finished runs and gpu-check rows
 
 Revision ID: 0007
 Revises: 0006

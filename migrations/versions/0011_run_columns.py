@@ -1,6 +1,6 @@
 """runs.last_step_at: when a step's loss last arrived, the clock of the `stalled` alert; runs.resume_from: the
-checkpoint a retry resumes from ("resume from here") (issue 18); runs.idempotency_fingerprint: the digest of the
-submit an Idempotency-Key was used with (issue 16's leftover)
+checkpoint a retry resumes from ("resume from here"); runs.idempotency_fingerprint: the digest of the
+submit an Idempotency-Key was used with
 
 Revision ID: 0011
 Revises: 0010

@@ -1,6 +1,6 @@
 """metrics.attempt: the attempt that stored a point (a resend never overwrites a newer attempt's value;
 completeness counts the live attempt's); runs.attempt_first_step: where the live attempt's metrics begin;
-runs.queued_by and run_attempts.queued_by: who queued each attempt (issue 25)
+runs.queued_by and run_attempts.queued_by: who queued each attempt
 
 Revision ID: 0012
 Revises: 0011

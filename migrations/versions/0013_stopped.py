@@ -1,6 +1,6 @@
 """Runs stopped by a rule end `stopped` (runs.stopped_by: the alert kind that asked); alerts are per attempt
 (run_alerts.attempt, unique per run, attempt and kind: the rules re-arm on every attempt); the divergence rule's
-per-attempt reference (runs.attempt_loss_first_step, runs.attempt_loss_min); what a resume changed (runs.changes) (issue 28)
+per-attempt reference (runs.attempt_loss_first_step, runs.attempt_loss_min); what a resume changed (runs.changes)
 
 Revision ID: 0013
 Revises: 0011
