@@ -45,7 +45,10 @@ def test_step_breakdown_draws_the_measured_parts_beside_the_planners(stack, api,
             "optimizer_s": statistics.median(opt[s] for s in last20)}
     rest = statistics.median(total[s] for s in last20) - sum(want.values())
     predicted = api.get(f"/api/runs/{rid}").json()["estimate"]["throughput"]["time_breakdown_s"]
-    assert set(predicted) == {"compute", "all_to_all", "zero_comm", "optimizer_step", "offload_transfers"}
+    # the planner's terms (plan/throughput.py), the host floor among them: on this tiny plan it is most of the step
+    order = ["compute", "all_to_all", "zero_comm", "host_overhead", "optimizer_step", "offload_transfers"]
+    assert set(predicted) == set(order)
+    assert predicted["host_overhead"] > 0
 
     with chromium_page(height=1400) as page:
         page.goto(f"{stack.url}/#/runs/{rid}")
@@ -63,6 +66,13 @@ def test_step_breakdown_draws_the_measured_parts_beside_the_planners(stack, api,
             "forward_s", "backward_s", "optimizer_s", "rest"]
         for key, value in predicted.items():
             assert _seconds(page, f"predicted-{key}") == pytest.approx(value, rel=1e-12), key
+            assert page.inner_text(f"[data-testid=predicted-{key}]").strip(), key               # a labelled row
+        # the predicted bar: every non-zero term in the order of a step, each in a colour of its own
+        bar = page.locator("[data-testid=breakdown-predicted-bar] .breakdown-seg")
+        drawn = [bar.nth(i).get_attribute("data-part") for i in range(bar.count())]
+        assert drawn == [k for k in order if predicted[k] > 0], drawn
+        colours = [bar.nth(i).evaluate("e => getComputedStyle(e).backgroundColor") for i in range(bar.count())]
+        assert len(set(colours)) == len(colours), dict(zip(drawn, colours))
         assert page.get_attribute("[data-testid=breakdown-chart]", "data-points") == "30"
         page.locator("[data-testid=step-breakdown]").scroll_into_view_if_needed()
         screenshot(page, "run-page-step-breakdown")

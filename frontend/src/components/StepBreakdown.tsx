@@ -21,7 +21,8 @@ const PREDICTED: [string, string, string][] = [
   ["compute", "compute", "var(--phase-forward)"],
   ["all_to_all", "Ulysses all-to-all", "var(--phase-comm)"],
   ["zero_comm", "ZeRO communication (exposed)", "var(--phase-backward)"],
-  ["host_overhead", "host (the device waits)", "var(--phase-comm)"],
+  // its own colour: the host floor is most of a small model's step, and it sits beside the all-to-all in the bar
+  ["host_overhead", "host overhead (the device waits)", "var(--phase-host)"],
   ["optimizer_step", "optimizer step", "var(--phase-optimizer)"],
   ["offload_transfers", "offload transfers", "var(--phase-offload)"],
 ];

@@ -15,6 +15,9 @@ describe("fmtNum", () => {
     expect(fmtNum(0.001)).toBe("0.001");
     expect(fmtNum(0.00523)).toBe("0.00523");
     expect(fmtNum(0)).toBe("0.0");
+    expect(fmtNum(0.04)).toBe("0.04");            // not "0.0" at one decimal
+    expect(fmtNum(0.0044, 2)).toBe("0.0044");     // not "0.00" at two
+    expect(fmtNum(0.5, 2)).toBe("0.50");
     expect(fmtNum(null)).toBe("–");
     expect(fmtNum(undefined)).toBe("–");
     expect(fmtNum(NaN)).toBe("–");

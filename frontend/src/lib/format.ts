@@ -13,14 +13,15 @@ export function sig(v: number, n = 3): string {
   return r.toLocaleString("en-US", { maximumFractionDigits: Math.min(decimals, 20) });
 }
 
-/** A count or rate in k/M/G with `digits` decimals ("97.9k", "2.5M"); small values at 3 significant digits. */
+/** A count or rate in k/M/G with `digits` decimals ("97.9k", "2.5M"); a value those decimals would write as 0
+ * ("0.0", "0.00") at 3 significant digits ("0.0217"). */
 export function fmtNum(v: number | null | undefined, digits = 1): string {
   if (v === null || v === undefined || Number.isNaN(v)) return DASH;
   const a = Math.abs(v);
   if (a >= 1e9) return (v / 1e9).toFixed(digits) + "G";
   if (a >= 1e6) return (v / 1e6).toFixed(digits) + "M";
   if (a >= 1e3) return (v / 1e3).toFixed(digits) + "k";
-  if (a !== 0 && a < 0.01) return sig(v, 3);
+  if (a !== 0 && a < 10 ** -digits) return sig(v, 3);
   return v.toFixed(digits);
 }
 
