@@ -59,7 +59,7 @@ def test_pending_shows_the_reason_then_running_then_completed():
 
 @pytest.mark.parametrize("slurm_state,exit_code,ours", [
     ("FAILED", 1, "failed"), ("FAILED", 3, "oom"), ("OUT_OF_MEMORY", 0, "oom"), ("CANCELLED", 0, "cancelled"),
-    ("FAILED", 76, "stopped")])  # 76: the trainer stopped itself on a stop rule (worker/trainer/guard.py)
+    ("FAILED", 76, "stopped")])  # 76: the trainer stopped itself on a stop rule (worker/trainer/stop_rules.py)
 def test_ended_jobs_end_their_runs(slurm_state, exit_code, ours):
     run_id = queued_slurm_run()
     follow(run_id, "RUNNING")

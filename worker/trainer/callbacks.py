@@ -14,9 +14,9 @@ from transformers import TrainerCallback
 
 from .checkpoints import write_layout
 from .collectives import all_gather_rows
-from .guard import Guard, newest_within_bounds
 from .metrics import GIB, MemoryMeter, MetricsWriter, StepClock, flops_per_token
 from .phases import PHASES, time_engine
+from .stop_rules import Guard, newest_within_bounds
 from .system import NAMES as SYSTEM_NAMES
 from .system import SystemSampler
 
@@ -203,7 +203,7 @@ def _gib(v: float):
 class GuardCallback(TrainerCallback):
     """The stop rules of guard.Guard at each step's end. Registered right after the metrics callback (it reads
     that step's gathered loss from it): stops training after this step, with a checkpoint, when a rule fires. Here,
-    not in guard.py, so the worker reads `guard.read_stopped` without importing Transformers.
+    not in stop_rules.py, so the worker reads `stop_rules.read_stopped` without importing Transformers.
 
     It also keeps the newest checkpoint from before a divergence: each save records its step's loss (Guard.record),
     and while the step about to be saved is out of the rule's bounds, the last checkpoint within them is the Trainer's

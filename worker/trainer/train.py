@@ -36,11 +36,11 @@ from .collectives import check_shared_run_dir, share_cores
 from .data import hold_back, last_row_padded, load_stage_rows, tokenizer_for
 from .evaluate import passkey, position_loss
 from .exits import EXIT_OK, error_cause, say_last_words, says_out_of_memory
-from .guard import Guard, inherited_reference
 from .metrics import MemoryMeter, MetricsWriter, peak_tflops
-from .model import TiledLossHead, build_model, enable_tiled_mlp
+from .modeling import TiledLossHead, build_model, enable_tiled_mlp
 from .net import free_port
 from .phases import FirstStepEnd
+from .stop_rules import Guard, inherited_reference
 
 # bench/gpu_check.py's switches (not for runs of the service): leave out the last stage's model save (GBs a row, read
 # by nobody there), and let several ranks share one GPU
@@ -132,7 +132,7 @@ def run_stage(spec, run_dir: Path, stage_index: int, *, resume_from: Path | None
     from transformers import TrainingArguments
 
     from .sp_trainer import PackedRows, UlyssesTrainer, collate_packed
-    from .states import StatesCallback
+    from .state_placement import StatesCallback
 
     stage = spec.stages[stage_index]
     step_offset = sum(s.steps for s in spec.stages[:stage_index])
@@ -203,7 +203,7 @@ def run_stage(spec, run_dir: Path, stage_index: int, *, resume_from: Path | None
         trainer.add_callback(cb)
         if guard is not None:  # after cb: it reads the step's gathered loss from it
             trainer.add_callback(GuardCallback(cb, guard))
-        trainer.add_callback(StatesCallback(trainer, run_dir, stage_index, spec.zero_stage))  # states.py
+        trainer.add_callback(StatesCallback(trainer, run_dir, stage_index, spec.zero_stage))  # state_placement.py
     first_step = FirstStepEnd()
     trainer.add_callback(first_step)
     t0 = time.perf_counter()
@@ -273,7 +273,7 @@ def train_this_rank(spec, run_dir: Path, resume: bool) -> int:
             writer = MetricsWriter(mine)
         attention = _Attention(attn)
         settle_imports()
-        guard = Guard(spec.run, inherited_reference(resume_from))  # this attempt's stop rules (guard.py)
+        guard = Guard(spec.run, inherited_reference(resume_from))  # this attempt's stop rules (stop_rules.py)
         for i in range(start_stage, len(spec.stages)):
             if i > start_stage:
                 attention.reset()
