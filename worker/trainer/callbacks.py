@@ -69,7 +69,7 @@ class StepMetricsCallback(TrainerCallback):
         self.world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
         self.rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
         self.system = SystemSampler(torch.cuda.current_device() if memory.cuda else None)
-        # (every N steps, fn(step)): the loss-by-position evaluation (train.run_stage)
+        # (every N steps, fn(step)): the loss-by-position evaluation (stage.Stage.evaluate_positions)
         self.evaluate_every: tuple[int, Callable[[int], None]] | None = None
 
     def on_train_begin(self, args, state, control, **kw):

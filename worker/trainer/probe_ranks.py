@@ -71,8 +71,8 @@ def run_depths(out: Path, depths: list[int]) -> int:
     from plan.launch import effective_attn
 
     from .spec import PlanError, RunSpec, load_plan
+    from .stage import SKIP_FINAL_SAVE_ENV
     from .train import (
-        SKIP_FINAL_SAVE_ENV,
         _Attention,
         _fail,
         close_distributed,
