@@ -146,7 +146,7 @@ def train(
                                  "TrainingArguments settings it turns into on this machine; start nothing."),
 ) -> None:
     """Run the Ulysses trainer (starts its own ranks with torchrun when the plan has more than one)."""
-    from worker.trainer.cli import run_dry, run_train
+    from worker.trainer.launcher import run_dry, run_train
 
     raise typer.Exit(run_dry(plan_path) if dry_run else run_train(plan_path, run_dir, resume,
                                                                   resume_from=resume_from))

@@ -37,7 +37,7 @@ class Setup:
         from plan.launch import deepspeed_config_resolved, effective_attn, parallelism
         from worker.trainer.attention import install_document_attention
         from worker.trainer.data import load_stage_rows
-        from worker.trainer.model import build_model, enable_tiled_mlp
+        from worker.trainer.modeling import build_model, enable_tiled_mlp
         from worker.trainer.sp_trainer import PackedRows, collate_packed
         from worker.trainer.spec import RunSpec, load_plan
         from worker.trainer.train import setup_distributed

@@ -307,7 +307,8 @@ def build_ops() -> None:
     """DeepSpeedCPUAdam's JIT build (g++, ninja; ~1 min), once, before any row and outside every row's timeout: a
     row killed mid-build would leave torch's build lock behind, and every later build would wait on it forever."""
     t = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", "from worker.trainer.cli import build_cpu_adam; build_cpu_adam()"],
+    build = "from worker.trainer.launcher import build_cpu_adam; build_cpu_adam()"
+    proc = subprocess.run([sys.executable, "-c", build],
                           capture_output=True, text=True, cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")})
     last = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or [""]

@@ -1,5 +1,5 @@
 """What a training rank's start-up imports cost, with the garbage collector on during them and as the trainer does it
-now (worker/trainer/cli.py `gc_off_for_imports`, then `train.settle_imports`: one collection, freeze, on again).
+now (worker/trainer/rank.py `gc_off_for_imports`, then `train.settle_imports`: one collection, freeze, on again).
 
 Each round starts a fresh Python that imports what a CPU rank imports before its first step (the trainer,
 DeepSpeed with mlflow hidden, Accelerate's parallelism config, the Trainer, the Llama model) and prints its CPU
@@ -21,7 +21,7 @@ CHILD = """
 import gc, json, resource, sys
 mode = sys.argv[1]
 if mode == "off":
-    from worker.trainer.cli import gc_off_for_imports
+    from worker.trainer.rank import gc_off_for_imports
     block = gc_off_for_imports()
 else:
     import contextlib

@@ -284,11 +284,11 @@ def planned_activations(plan: dict) -> float:
 
 def measured_activations(plan: dict) -> float:
     """One forward and backward of the plan's model in this process, built and switched as the trainer does
-    (worker/trainer/model.py), under the trainer's own CPU meter: the peak bytes of the tensors created."""
+    (worker/trainer/modeling.py), under the trainer's own CPU meter: the peak bytes of the tensors created."""
     import torch
 
     from worker.trainer.metrics import TensorMemoryTracker
-    from worker.trainer.model import build_model, enable_tiled_mlp, token_loss_sum
+    from worker.trainer.modeling import build_model, enable_tiled_mlp, token_loss_sum
     from worker.trainer.spec import RunSpec
 
     spec = RunSpec.from_plan(plan)

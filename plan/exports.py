@@ -2,7 +2,8 @@
 section, the DeepSpeed JSON, training_args.json, one Accelerate YAML and one torchrun line per node, the sbatch script
 and a README), built from the very functions the trainer runs with (plan/launch.py). On a cluster node the trainer
 installs as `pip install 'ulysses-lab[trainer]'` (or the project's wheel with that extra), and the torchrun lines
-and the sbatch script start it as `python -m worker.trainer`, as `ulab train` does.
+the sbatch script start `ulab train`'s launcher, `python -m worker.trainer`, and it starts each rank as
+`python -m worker.trainer.rank` (the torchrun lines and `accelerate launch` start the rank module directly).
 
 Pure functions (no torch).
 """
@@ -19,6 +20,7 @@ from .launch import (
     MAIN_NODE_ENV,
     MAIN_NODE_PORT,
     PLAN_JSON,
+    RANK_MODULE,
     RDZV_PORT,
     SBATCH_FILE,
     TRAINING_ARGS_JSON,
@@ -122,7 +124,7 @@ case "$launcher" in
 --run-dir "$ULAB_RUN_DIR" --resume' ;;
   accelerate) node_command='exec accelerate launch --config_file "accelerate_config_node$SLURM_PROCID.yaml" \
 --machine_rank "$SLURM_PROCID" --main_process_ip "$ULAB_MAIN_NODE" --main_process_port "$ULAB_MAIN_PORT" \
--m worker.trainer --plan "$ULAB_PLAN" --run-dir "$ULAB_RUN_DIR" --resume' ;;
+-m {RANK_MODULE} --plan "$ULAB_PLAN" --run-dir "$ULAB_RUN_DIR" --resume' ;;
   *) echo "unknown launcher $launcher (ulab or accelerate)" >&2; exit 2 ;;
 esac
 echo "--- slurm job $SLURM_JOB_ID (restart ${{SLURM_RESTART_COUNT:-0}}) on $SLURM_JOB_NODELIST, $launcher ---"
@@ -145,7 +147,7 @@ def training_args_export(spec: Spec) -> dict:
     assumes. `training_arguments`: `TrainingArguments(**...)` fields (the first stage's; `deepspeed` names the
     exported JSON). `parallelism_config` / `sp_handler`: Accelerate's `ParallelismConfig(**...,
     sp_handler=DeepSpeedSequenceParallelConfig(**...))`. `alst`: the switches the estimate counts that no library
-    option sets, with the DeepSpeed class that implements each (worker/trainer/model.py applies them)."""
+    option sets, with the DeepSpeed class that implements each (worker/trainer/modeling.py applies them)."""
     plan = spec.plan
     stages = plan.stages() or [StagePlan(seq_len=plan.training.seq_len, steps=1, learning_rate=1e-4,
                                          warmup_steps=0, lr_scheduler="constant")]

@@ -1,5 +1,5 @@
 """The stop rules that both the API (backend/alerts/service.py, at metric ingest) and the trainer
-(worker/trainer/guard.py, at each step end) check, defined once here: a NaN/Inf loss or grad norm, and a diverging
+(worker/trainer/stop_rules.py, at each step end) check, defined once here: a NaN/Inf loss or grad norm, and a diverging
 loss. Pure functions, a small state object and the reader of a checkpoint's record: the API keeps the divergence
 reference of the live attempt on the run row (it sees the steps in batches), the trainer in its process (one process
 is one attempt, so the rules re-arm on every attempt in both places).

@@ -54,7 +54,7 @@ def layer_s(spec) -> float:
 
 
 def tiled_shards(spec) -> int:
-    """TiledMLP's shards per MLP: ceil(local tokens / hidden) (worker/trainer/model.py enable_tiled_mlp)."""
+    """TiledMLP's shards per MLP: ceil(local tokens / hidden) (worker/trainer/modeling.py enable_tiled_mlp)."""
     h = spec.model.hidden_size
     return max(1, -(-spec.local_tokens // h))
 

@@ -60,7 +60,7 @@ def nodes_and_ranks_per_node(data: Any) -> tuple[int, int]:
     return nnodes, max(1, plan.world_size // nnodes)
 
 
-# The training data, when set: it replaces the plan's run.data.path (worker/trainer/cli.py), so an exported job runs on
+# The training data, when set: it replaces the plan's run.data.path (worker/trainer/spec.py), so an exported job runs on
 # another copy of the data without an edit to plan.json (the sbatch script names it)
 DATA_PATH_ENV = "ULAB_DATA_PATH"
 # attention kernels that are packages of their own: (module Transformers imports, the package to install); the
@@ -299,6 +299,10 @@ def torchrun_reads_shutdown_timeout() -> bool | None:
         return None
 
 
+# The rank's entry point: what torchrun and `accelerate launch` start on every rank (worker/trainer/rank.py).
+RANK_MODULE = "worker.trainer.rank"
+
+
 def torchrun_command(
     plan_path: str | Path,
     run_dir: str | Path,
@@ -335,7 +339,7 @@ def torchrun_command(
         cmd += ["--standalone", "--nnodes", "1"]
     if rank_logs is not None:  # each rank's stdout and stderr in files under it, and on torchrun's with RANK_PREFIX
         cmd += ["--tee", "3", "--log-dir", str(Path(rank_logs))]
-    cmd += ["--max-restarts", "0", "-m", "worker.trainer", "--plan", str(Path(plan_path)), "--run-dir",
+    cmd += ["--max-restarts", "0", "-m", RANK_MODULE, "--plan", str(Path(plan_path)), "--run-dir",
             str(Path(run_dir))]
     if resume:
         cmd.append("--resume")
@@ -376,7 +380,8 @@ def dry_run(data: Any, cuda: bool, installed: list[str] | None = None) -> dict:
 
 
 # PyTorch reads its CUDA caching allocator's settings from this variable once, at the first CUDA allocation
-# (c10/cuda/CUDAAllocatorConfig): the trainer sets it in every process before that (worker/trainer/cli.py run_train).
+# (c10/cuda/CUDAAllocatorConfig): the trainer sets it in every process before that
+# (worker/trainer/preflight.py set_alloc_conf).
 ALLOC_CONF_ENV = "PYTORCH_CUDA_ALLOC_CONF"
 
 

@@ -6,7 +6,7 @@ the GPU check. The cause is decided once, where the failure happens; no reader l
 The exit codes of the trainer are declared here and nowhere else (the worker, the Slurm poller and the GPU check
 import them): 0 completed; 1 failed (an error, or no space left on device); 2 bad plan or data; 3 out of memory;
 75 stopped by a signal after saving a checkpoint (resume with --resume); 76 stopped by a stop rule (a NaN or
-diverging loss, or another `run.stop_on_*` rule: worker/trainer/guard.py) after saving a checkpoint.
+diverging loss, or another `run.stop_on_*` rule: worker/trainer/stop_rules.py) after saving a checkpoint.
 
 Pure: the standard library only, so the trainer, the worker and the backend all read it.
 """

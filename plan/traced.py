@@ -238,7 +238,7 @@ def trace_peak_bytes(spec, cfg=None) -> dict:
             with offload, tracker:
                 if spec.upcast_logits:  # Transformers' ForCausalLMLoss (fp32 logits)
                     loss = model(input_ids=ids, labels=labels, position_ids=pos).loss
-                else:  # cross-entropy on the model's dtype, as worker/trainer/model.py token_loss_sum
+                else:  # cross-entropy on the model's dtype, as worker/trainer/modeling.py token_loss_sum
                     logits = model(input_ids=ids, position_ids=pos).logits
                     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                                                              labels.reshape(-1), reduction="none").float().sum()

@@ -82,7 +82,7 @@ def breakdown(records: list[dict]) -> dict | None:
 def prepare_depth(plan: dict, run_dir: Path) -> Path:
     """OUT/depth-N/plan.json, checked against this machine and its data packed (as `ulab train` does before its ranks
     start); what an earlier probe left there is removed. Raises PlanError / DataError with one line."""
-    from worker.trainer.cli import validate as check
+    from worker.trainer.preflight import validate as check
 
     run_dir.mkdir(parents=True, exist_ok=True)
     for name in (DONE, OUTCOME_FILE, "metrics.jsonl"):
@@ -118,8 +118,9 @@ def launch(out: Path, depths: list[int]) -> int:
     """One launch (torchrun, or this Python alone for a one-rank plan) that trains `depths` in turn
     (worker/trainer/probe_ranks.py); the launch's exit code. It holds OUT's run lock, as `ulab train` holds its
     run directory's, and a stop is forwarded to it once."""
-    from plan.launch import nodes_and_ranks_per_node, torchrun_command
-    from worker.trainer.cli import _run_torchrun, hold_run_dir, set_alloc_conf
+    from plan.launch import RANK_MODULE, nodes_and_ranks_per_node, torchrun_command
+    from worker.trainer.launcher import _run_torchrun, hold_run_dir
+    from worker.trainer.preflight import set_alloc_conf
     from worker.trainer.spec import RunSpec, load_plan
 
     first = depth_dir(out, depths[0]) / "plan.json"
@@ -142,7 +143,7 @@ def launch(out: Path, depths: list[int]) -> int:
         cmd = torchrun_command(first, out, nproc_per_node=per_node, nnodes=nnodes,
                                node_rank=int(os.environ.get("ULAB_NODE_RANK", "0")), rdzv_endpoint=endpoint,
                                rdzv_id=os.environ.get("ULAB_RDZV_ID"))
-        cmd = cmd[:cmd.index("worker.trainer")] + tail  # the ranks run the depth loop instead of `ulab train`
+        cmd = cmd[:cmd.index(RANK_MODULE)] + tail  # the ranks run the depth loop instead of `ulab train`
     try:
         with _output_to(out / "launch.log"):
             return _run_torchrun(cmd, spec, lock)

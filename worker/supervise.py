@@ -58,7 +58,7 @@ def exit_state(cancelled: bool, outcome: Outcome) -> RunState:
         return RunState.CANCELLED
     if outcome.cause == Cause.COMPLETED and outcome.exit_code == 0:
         return RunState.SUCCEEDED
-    if outcome.cause in STOP_RULES:  # the trainer stopped itself on a stop rule (worker/trainer/guard.py)
+    if outcome.cause in STOP_RULES:  # the trainer stopped itself on a stop rule (worker/trainer/stop_rules.py)
         return RunState.STOPPED
     return RunState.OOM if outcome.cause == Cause.OOM else RunState.FAILED
 

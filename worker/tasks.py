@@ -36,7 +36,7 @@ from worker.supervise import (
 )
 from worker.trainer.attempt import attempt_tag, lock_file
 from worker.trainer.exits import LAST_WORDS_ENV
-from worker.trainer.guard import read_stopped
+from worker.trainer.stop_rules import read_stopped
 
 log = logging.getLogger(__name__)
 

@@ -33,8 +33,8 @@ odd step does not move; they wait for MIN_HISTORY steps, and the throughput rule
 the slow first step of an attempt or a step that also saved a checkpoint raises nothing.
 
 The NaN and divergence rules are defined once, in plan/guardrails.py: the trainer checks them too, at each step end,
-and stops itself the same step (worker/trainer/guard.py); its worker then records the same alert (`trainer_stopped`),
-one row whichever side sees it first."""
+and stops itself the same step (worker/trainer/stop_rules.py); its worker then records the same alert
+(`trainer_stopped`), one row whichever side sees it first."""
 from __future__ import annotations
 
 import math
@@ -301,7 +301,7 @@ def _raise(session: Session, run: Run, have: set[str], kind: str, step: int, mes
 
 
 def trainer_stopped(run_id: int, attempt: int, kind: str, step: int, message: str) -> bool:
-    """The trainer of `attempt` stopped itself on rule `kind` (worker/trainer/guard.py, the rules of
+    """The trainer of `attempt` stopped itself on rule `kind` (worker/trainer/stop_rules.py, the rules of
     plan/guardrails.py): record the alert it stopped on and the run's stop reason, as `check` does at ingest. The
     shipped metrics of that step raise the same alert there; whichever comes first writes the one row (per kind and
     attempt), and the other does nothing. Committed. False when the alert was there already or the attempt is no

@@ -130,7 +130,7 @@ class RunAgent(Protocol):
         """A running worker's periodic sign of life; False when it never reported or has stopped."""
 
     def trainer_stopped(self, run_id: int, attempt: int, kind: str, step: int, message: str) -> bool:
-        """The trainer of `attempt` stopped itself on stop rule `kind` at `step` (worker/trainer/guard.py): the
+        """The trainer of `attempt` stopped itself on stop rule `kind` at `step` (worker/trainer/stop_rules.py): the
         alert it stopped on, one row whichever of this and the metrics' ingest comes first."""
 
 

@@ -1,5 +1,6 @@
-"""The trainer's own stop (worker/trainer/guard.py) recorded by its worker (`alerts.trainer_stopped`): the same alert
-row the API raises from the shipped metrics, one whichever side comes first, and the run ends `stopped` with it."""
+"""The trainer's own stop (worker/trainer/stop_rules.py) recorded by its worker (`alerts.trainer_stopped`): the same
+alert row the API raises from the shipped metrics, one whichever side comes first, and the run ends `stopped` with
+it."""
 from __future__ import annotations
 
 from tests.api.conftest import as_role

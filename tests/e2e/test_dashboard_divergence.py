@@ -1,7 +1,7 @@
 """The lr=10 story, end to end: a real CPU run at lr=10, submitted from the planner's form with its guardrails
 (stop_on_nan and stop_on_divergence on by default, every stop_on_* switch shown with its threshold) and a checkpoint
-every step, diverges; the trainer checks the rule itself at each step end (worker/trainer/guard.py) and stops by step
-5, and the run ends `stopped` with the alert as its reason, on the run page and in the run's timeline.
+every step, diverges; the trainer checks the rule itself at each step end (worker/trainer/stop_rules.py) and stops by
+step 5, and the run ends `stopped` with the alert as its reason, on the run page and in the run's timeline.
 
 The run page offers the checkpoint from before the divergence first (the newest whose step's loss was within the
 rule's bounds, kept from the rotation beside the stop's) and labels the stop's "diverged". "Resume from here" on the

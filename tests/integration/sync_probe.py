@@ -92,7 +92,7 @@ def install() -> None:
 
 def main(argv: list[str]) -> int:
     install()
-    from worker.trainer.cli import main as trainer_main
+    from worker.trainer.rank import main as trainer_main
 
     rc = trainer_main(argv)
     run_dir = Path(argv[argv.index("--run-dir") + 1])

@@ -1,4 +1,4 @@
-"""The trainer stops itself on the NaN and divergence rules (worker/trainer/guard.py, the rules of
+"""The trainer stops itself on the NaN and divergence rules (worker/trainer/stop_rules.py, the rules of
 plan/guardrails.py): a real `ulab train` at lr=10 on 2 CPU ranks (torchrun, gloo) stops on the step the divergence
 rule fires (the issue: "the lr=10 run stops itself by step 5"), with a checkpoint and the alert as its reason; through
 the worker and the API the run ends `stopped` with one alert row for that step, whichever side saw it first."""
@@ -12,7 +12,7 @@ from plan.guardrails import DIVERGENCE_FROM, read_guard_record
 from tests.integration.trainer_support import make_plan, metrics, train, write_documents
 from tests.tiny import submit, tiny_plan, wait_for
 from worker.trainer.exits import EXIT_STOPPED
-from worker.trainer.guard import STOPPED_FILE
+from worker.trainer.stop_rules import STOPPED_FILE
 
 pytestmark = pytest.mark.slow
 STEPS = 40  # far more than it may take: a stop that came a ship + heartbeat later would show here

@@ -58,6 +58,16 @@ def test_the_trainer_never_imports_the_backend():
     assert not bad, "worker/trainer/ runs under torchrun without the service:\n" + _listing(bad)
 
 
+def test_the_trainer_names_no_module_as_the_backend_or_the_planner_does():
+    """A module name means one thing: none of the trainer's modules shares its name with one of backend/ or plan/
+    (a `states.py` of run states there and of rank state placement here read as the same room)."""
+    def names(package: str) -> set[str]:
+        return {p.name for p in (ROOT / package).rglob("*.py") if p.name != "__init__.py"}
+
+    shared = names("worker/trainer") & (names("backend") | names("plan"))
+    assert not shared, "worker/trainer/ modules named as backend/ or plan/ ones: " + ", ".join(sorted(shared))
+
+
 def test_the_worker_reaches_the_backend_only_through_the_seam():
     bad = [i for i in imports_under("worker") if i.top == "backend" and i.module not in WORKER_MAY_IMPORT]
     assert not bad, f"worker/ imports of the backend go through {SEAM} (or the settings):\n" + _listing(bad)
@@ -108,7 +118,7 @@ def test_the_worker_loads_no_database_library():
 
 def test_the_worker_task_module_loads_no_training_stack():
     """The Celery worker starts the trainer as a process: importing its tasks (a worker start, 2.3 CPU-s with
-    Transformers and torch, 0.5 s without) loads none of them. It reads the trainer's stop file through guard.py,
+    Transformers and torch, 0.5 s without) loads none of them. It reads the trainer's stop file through stop_rules.py,
     which keeps the Transformers callback in callbacks.py."""
     assert packages_loaded("import worker.tasks", tuple(sorted(TRAINING_STACK))) == []
 

@@ -1,12 +1,12 @@
 """The NaN and divergence rules, defined once (plan/guardrails.py), as the trainer's guard applies them
-(worker/trainer/guard.py): the same step, kind and message as the API's alerts (tests/api/test_alerts.py)."""
+(worker/trainer/stop_rules.py): the same step, kind and message as the API's alerts (tests/api/test_alerts.py)."""
 from __future__ import annotations
 
 import math
 from types import SimpleNamespace
 
 from plan.guardrails import DIVERGENCE_FROM, Divergence, non_finite, stop_reason
-from worker.trainer.guard import Guard, read_stopped
+from worker.trainer.stop_rules import Guard, read_stopped
 
 
 def rules(**kw) -> SimpleNamespace:

@@ -3,7 +3,7 @@ offload_summary.py). `make gpu-check` read the line with a pattern of an older w
 failed its ALST row with "no checkpoint-offload line" whatever the trainer had done."""
 from __future__ import annotations
 
-from worker.trainer.model import checkpoint_offloader
+from worker.trainer.modeling import checkpoint_offloader
 from worker.trainer.offload_summary import LINE, PREFIX, format_line, read_lines
 
 

@@ -122,7 +122,7 @@ TORCHRUN_2_11_OPTIONS = {
     {"nproc_per_node": 4, "nnodes": 2, "node_rank": 1, "rdzv_endpoint": "10.0.0.1:29400", "rdzv_id": "r"}])
 def test_torchrun_arguments_exist_in_torch_2_11(kw):
     cmd = torchrun_command("p.json", "d", **kw)
-    torchrun = cmd[:cmd.index("worker.trainer")]
+    torchrun = cmd[:cmd.index("worker.trainer.rank")]
     options = {a for a in torchrun if a.startswith("-")}
     assert options <= TORCHRUN_2_11_OPTIONS, options - TORCHRUN_2_11_OPTIONS
 
@@ -175,7 +175,7 @@ def test_torchrun_single_node_is_standalone_argument_list():
     assert "--standalone" in cmd
     assert cmd[cmd.index("--nproc-per-node") + 1] == "2"
     i = cmd.index("-m", 3)
-    assert cmd[i + 1] == "worker.trainer"
+    assert cmd[i + 1] == "worker.trainer.rank"  # the rank's entry point, not the launcher
     assert cmd[cmd.index("--plan") + 1] == "p.json"
     assert cmd[cmd.index("--run-dir") + 1] == "runs/1"
     assert "--resume" not in cmd

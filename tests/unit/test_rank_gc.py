@@ -1,4 +1,4 @@
-"""A rank imports its libraries with the garbage collector off (worker/trainer/cli.py `gc_off_for_imports`) and
+"""A rank imports its libraries with the garbage collector off (worker/trainer/rank.py `gc_off_for_imports`) and
 `train.settle_imports()` collects once and turns it on: the automatic collections no longer walk the ~670,000
 objects the imports make, again and again (bench/rank_imports.py measures the CPU)."""
 from __future__ import annotations
@@ -13,14 +13,14 @@ import pytest
 
 from tests.boundaries import ROOT
 from tests.tiny import tiny_plan
-from worker.trainer.cli import gc_off_for_imports
+from worker.trainer.rank import gc_off_for_imports
 
 COUNT_COLLECTIONS = """
 import gc, json, sys
 seen = []
 gc.callbacks.append(lambda phase, info: phase == "start" and seen.append(info["generation"]))
 if sys.argv[1] == "off":
-    from worker.trainer.cli import gc_off_for_imports
+    from worker.trainer.rank import gc_off_for_imports
     before = len(seen)
     with gc_off_for_imports():
         import worker.trainer.train
@@ -63,7 +63,7 @@ def rank(spec, run_dir, resume):
     seen["collector_on"] = gc.isenabled()
     return 0
 train.train_this_rank = rank  # what run_train imports and enters for a one-rank plan
-from worker.trainer.cli import run_train
+from worker.trainer.launcher import run_train
 code = run_train(sys.argv[1], sys.argv[2], resume=False)
 print(json.dumps({**seen, "code": code, "on_after": gc.isenabled()}))
 """

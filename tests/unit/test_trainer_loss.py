@@ -18,7 +18,7 @@ def loss_peak(tmp_path, upcast: bool) -> tuple[float, int]:
     from transformers import TrainingArguments
 
     from worker.trainer.metrics import TensorMemoryTracker
-    from worker.trainer.model import build_model
+    from worker.trainer.modeling import build_model
     from worker.trainer.sp_trainer import UlyssesTrainer
     from worker.trainer.spec import RunSpec
 

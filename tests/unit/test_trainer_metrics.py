@@ -115,7 +115,7 @@ def test_trainer_peak_tflops_is_the_plans_gpu(monkeypatch):
 def test_trainer_does_not_import_the_backend():
     # DESIGN.md: the trainer runs alone (`ulab train` on a GPU node); it shares the formulas with the planner
     # through the plan package, which imports nothing of ours
-    assert packages_loaded("import worker.trainer.train, worker.trainer.cli", ("backend",)) == []
+    assert packages_loaded("import worker.trainer.train, worker.trainer.launcher", ("backend",)) == []
 
 
 def test_writer_keeps_lines_valid_json(tmp_path):

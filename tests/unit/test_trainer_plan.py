@@ -163,7 +163,7 @@ def test_a_flash_attention_kernel_the_machine_lacks_fails_at_the_start_naming_th
     (False, "max_split_size_mb:128", "max_split_size_mb:128"),  # the environment's own setting stays
 ])
 def test_expandable_segments_set_the_allocator_config_of_the_ranks(monkeypatch, expandable, env, want):
-    from worker.trainer.cli import set_alloc_conf
+    from worker.trainer.preflight import set_alloc_conf
 
     if env is None:
         monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)

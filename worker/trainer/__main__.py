@@ -1,6 +1,7 @@
-"""Per-rank entry point: `python -m worker.trainer --plan P --run-dir D [--resume]` (what torchrun starts)."""
+"""`python -m worker.trainer --plan P --run-dir D [--resume]`: `ulab train`, the launcher (launcher.py). Each rank it
+starts runs `python -m worker.trainer.rank`."""
 import sys
 
-from .cli import main
+from .launcher import main
 
 sys.exit(main())

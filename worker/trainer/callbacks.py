@@ -14,9 +14,10 @@ from transformers import TrainerCallback
 
 from .checkpoints import write_layout
 from .collectives import all_gather_rows
-from .guard import Guard, newest_within_bounds
 from .metrics import GIB, MemoryMeter, MetricsWriter, StepClock, flops_per_token
 from .phases import PHASES, time_engine
+from .step_record import RankStep, gathered
+from .stop_rules import Guard, newest_within_bounds
 from .system import NAMES as SYSTEM_NAMES
 from .system import SystemSampler
 
@@ -48,12 +49,6 @@ def apply_learning_rate(scheduler, learning_rate: float) -> None:
 
 
 class StepMetricsCallback(TrainerCallback):
-    # loss part, tokens, stop flag, step time, peak allocated, peak reserved, peak activations, targets; then
-    # forward, backward, optimizer seconds (phases.PHASES); then the system figures (system.NAMES)
-    FIRST_PHASE = 8
-    FIRST_SYSTEM = FIRST_PHASE + len(PHASES)
-    FIELDS = FIRST_SYSTEM + len(SYSTEM_NAMES)
-
     def __init__(self, trainer, *, writer: MetricsWriter | None, step_offset: int, stage_index: int, seq_len: int,
                  model_config, peak_tflops: float | None, checkpoint_every: int, memory: MemoryMeter,
                  run_spec=None, document_len: int | None = None):
@@ -74,7 +69,7 @@ class StepMetricsCallback(TrainerCallback):
         self.world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
         self.rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
         self.system = SystemSampler(torch.cuda.current_device() if memory.cuda else None)
-        # (every N steps, fn(step)): the loss-by-position evaluation (train.run_stage)
+        # (every N steps, fn(step)): the loss-by-position evaluation (stage.Stage.evaluate_positions)
         self.evaluate_every: tuple[int, Callable[[int], None]] | None = None
 
     def on_train_begin(self, args, state, control, **kw):
@@ -122,19 +117,20 @@ class StepMetricsCallback(TrainerCallback):
         step_time = self.clock.elapsed()
         mem = self.memory.end_step()
         loss_part, tokens = self.trainer.take_step_figures()
-        mine = torch.tensor([loss_part, tokens, 1.0 if STOP["requested"] else 0.0, step_time,
-                             _num(mem["allocated"]), _num(mem["reserved"]), _num(mem["activations"]),
-                             self.trainer.step_targets, *(phases[k] for k in PHASES), *self.system.sample()],
-                            dtype=torch.float64)
-        table = all_gather_rows(mine)  # on the device the process group serves (NCCL: CUDA only)
-        stop = bool(table[:, 2].max() > 0)
-        loss = float(table[:, 0].sum())  # the ranks' shares add up to the step's loss
+        mine = RankStep(loss_part=loss_part, tokens=tokens, stop=1.0 if STOP["requested"] else 0.0,
+                        step_time_s=step_time, peak_allocated=_num(mem["allocated"]),
+                        peak_reserved=_num(mem["reserved"]), peak_activations=_num(mem["activations"]),
+                        target_tokens=self.trainer.step_targets, phases=tuple(phases[k] for k in PHASES),
+                        system=tuple(self.system.sample()))
+        ranks = gathered(all_gather_rows(mine.pack()))  # on the device the process group serves (NCCL: CUDA only)
+        stop = any(r.stop > 0 for r in ranks)
+        loss = sum(r.loss_part for r in ranks)  # the ranks' shares add up to the step's loss
         self.trainer.loss_sum += loss
         self.trainer.loss_steps += 1
         step = self.step_offset + state.global_step
-        self.last_step_loss = (step, loss)  # the stop rules read it (guard.GuardCallback, registered after this)
+        self.last_step_loss = (step, loss)  # the stop rules read it (GuardCallback, registered after this)
         if self.writer is not None:
-            rec = self._record(step, loss, table, mem)
+            rec = self._record(step, loss, ranks, mem)
             rec["metrics_overhead_s"] = self.last_overhead  # time the previous step spent in this callback
             rec["time"] = time.time()  # wall clock (unix s) of the write: the worker stores it as the wall_time
             self.writer.write(rec)
@@ -149,10 +145,10 @@ class StepMetricsCallback(TrainerCallback):
         self.last_overhead = time.perf_counter() - t_enter
         return control
 
-    def _record(self, step: int, loss: float, table: torch.Tensor, mem: dict) -> dict:
-        slowest = int(table[:, 3].argmax())  # the step ends when the slowest rank ends it
-        step_time = float(table[slowest, 3])
-        tokens = float(table[:, 1].sum())
+    def _record(self, step: int, loss: float, ranks: list[RankStep], mem: dict) -> dict:
+        slowest = max(ranks, key=lambda r: r.step_time_s)  # the step ends when the slowest rank ends it
+        step_time = slowest.step_time_s
+        tokens = sum(r.tokens for r in ranks)
         tps = tokens / step_time if step_time > 0 else None
         tflops = self.flops_per_token * tokens / self.world / step_time / 1e12 if step_time > 0 else None
         rec = {
@@ -167,26 +163,26 @@ class StepMetricsCallback(TrainerCallback):
             # MFU = achieved model FLOPs per second per device / peak dense FLOPs of that device, with the model
             # FLOPs per token the planner counts (metrics.flops_per_token: 6N plus causal attention, no recompute)
             "mfu": (tflops / self.peak_tflops) if (tflops is not None and self.peak_tflops) else None,
-            "peak_allocated_gib": [_gib(v) for v in table[:, 4].tolist()],
-            "peak_activations_gib": [_gib(v) for v in table[:, 6].tolist()] if mem["activations"] is not None else None,
+            "peak_allocated_gib": [_gib(r.peak_allocated) for r in ranks],
+            "peak_activations_gib": ([_gib(r.peak_activations) for r in ranks] if mem["activations"] is not None
+                                     else None),
             "memory_measure": self.memory.name,
             # what the ranks actually ran on (1: CUDA GPUs, 0: CPU ranks); the API records it on the run
             "on_gpu": int(self.memory.cuda),
             "seq_len": self.seq_len,
             "tokens": int(tokens),
-            "target_tokens": int(table[0, 7]),
+            "target_tokens": int(ranks[0].target_tokens),
             "stage": self.stage_index,
         }
         if mem["reserved"] is not None:
-            rec["peak_reserved_gib"] = [_gib(v) for v in table[:, 5].tolist()]
+            rec["peak_reserved_gib"] = [_gib(r.peak_reserved) for r in ranks]
         if mem["allocated"] is not None:  # CPU ranks measure some steps only (metrics.MemoryMeter)
             rec["memory_step"] = self.memory.measured_step
         # the slowest rank's breakdown (so the three add up to at most step_time_s)
-        for i, name in enumerate(PHASES, start=self.FIRST_PHASE):
-            rec[name] = float(table[slowest, i])
+        rec.update(zip(PHASES, slowest.phases, strict=True))
         # one value per rank; none where no rank could read it
-        for i, name in enumerate(SYSTEM_NAMES, start=self.FIRST_SYSTEM):
-            values = table[:, i].tolist()
+        for i, name in enumerate(SYSTEM_NAMES):
+            values = [r.system[i] for r in ranks]
             if any(v == v for v in values):
                 rec[name] = [round(v, 4) if v == v else None for v in values]
         return rec
@@ -201,9 +197,9 @@ def _gib(v: float):
 
 
 class GuardCallback(TrainerCallback):
-    """The stop rules of guard.Guard at each step's end. Registered right after the metrics callback (it reads
+    """The stop rules of stop_rules.Guard at each step's end. Registered right after the metrics callback (it reads
     that step's gathered loss from it): stops training after this step, with a checkpoint, when a rule fires. Here,
-    not in guard.py, so the worker reads `guard.read_stopped` without importing Transformers.
+    not in stop_rules.py, so the worker reads `stop_rules.read_stopped` without importing Transformers.
 
     It also keeps the newest checkpoint from before a divergence: each save records its step's loss (Guard.record),
     and while the step about to be saved is out of the rule's bounds, the last checkpoint within them is the Trainer's

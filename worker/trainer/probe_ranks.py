@@ -71,8 +71,8 @@ def run_depths(out: Path, depths: list[int]) -> int:
     from plan.launch import effective_attn
 
     from .spec import PlanError, RunSpec, load_plan
+    from .stage import SKIP_FINAL_SAVE_ENV
     from .train import (
-        SKIP_FINAL_SAVE_ENV,
         _Attention,
         _fail,
         close_distributed,
@@ -87,10 +87,10 @@ def run_depths(out: Path, depths: list[int]) -> int:
     run_dir = depth_dir(out, depths[0])
     if "LOCAL_RANK" in os.environ:  # a rank under torchrun: it joins the launcher's lock, and dies with torchrun
         from .attempt import LockBusy
-        from .cli import hold_run_dir
+        from .rank import join_run_dir
 
         try:
-            hold_run_dir(run_dir / "plan.json", Path(out), None)
+            join_run_dir(Path(out))
         except (LockBusy, OSError) as e:
             return _fail(run_dir, rank, f"error: {e}", Cause.ERROR)
     try:
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--depths", required=True, help="comma-separated layer counts, each with OUT/depth-N/plan.json")
     a = p.parse_args(argv)
-    from .cli import gc_off_for_imports
+    from .rank import gc_off_for_imports
 
     with gc_off_for_imports():  # until settle_imports(), as a training rank
         return run_depths(a.out, [int(x) for x in a.depths.split(",") if x.strip()])

@@ -22,7 +22,7 @@ from transformers import Trainer, default_data_collator
 
 from .attention import DocumentLayout, documents
 from .data import step_row
-from .model import checkpoint_offloader, token_loss_sum
+from .modeling import checkpoint_offloader, token_loss_sum
 from .phases import PhaseTimer
 
 

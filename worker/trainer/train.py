@@ -14,37 +14,29 @@ Layout of RUN_DIR:
 from __future__ import annotations
 
 import gc
-import json
 import os
 import re
 import shutil
 import sys
-import time
 import traceback
 from pathlib import Path
 
 import torch
 
-from plan.launch import deepspeed_config, effective_attn, parallelism, training_arguments
+from plan.launch import effective_attn
 from plan.outcome import EXIT_CODE, Cause, Outcome, write_outcome
 
 from .attempt import ATTEMPT_ENV, metrics_file
-from .attention import install_document_attention
-from .callbacks import STOP, GuardCallback, StepMetricsCallback, install_stop_handler
+from .callbacks import STOP, install_stop_handler
 from .checkpoints import latest_checkpoint
 from .collectives import check_shared_run_dir, share_cores
-from .data import hold_back, last_row_padded, load_stage_rows, tokenizer_for
-from .evaluate import passkey, position_loss
 from .exits import EXIT_OK, error_cause, say_last_words, says_out_of_memory
-from .guard import Guard, inherited_reference
-from .metrics import MemoryMeter, MetricsWriter, peak_tflops
-from .model import TiledLossHead, build_model, enable_tiled_mlp
+from .metrics import MetricsWriter
 from .net import free_port
-from .phases import FirstStepEnd
+from .stage import build as build_stage
+from .stop_rules import Guard, inherited_reference
 
-# bench/gpu_check.py's switches (not for runs of the service): leave out the last stage's model save (GBs a row, read
-# by nobody there), and let several ranks share one GPU
-SKIP_FINAL_SAVE_ENV = "ULAB_TRAINER_SKIP_FINAL_SAVE"
+# bench/gpu_check.py's switch (not for runs of the service): let several ranks share one GPU
 SHARE_DEVICE_ENV = "ULAB_TRAINER_SHARE_DEVICE"
 
 
@@ -93,7 +85,7 @@ def settle_imports() -> None:
     """Import what the stages use, then move every object alive (modules, classes, the libraries' tables) out of
     the garbage collector's sight (`gc.freeze`): the Trainer's `free_memory` and the end of a stage each run a full
     `gc.collect()`, which walked all of them every time (110 of a CPU rank's ~445 start-up samples). The rank's
-    entry turned the collector off for the imports (cli.gc_off_for_imports): one collection here frees their
+    entry turned the collector off for the imports (rank.gc_off_for_imports): one collection here frees their
     garbage, and the collector is on from here."""
     import accelerate.parallelism_config  # noqa: F401
     from transformers import Trainer  # noqa: F401
@@ -125,123 +117,12 @@ class _Attention:
 
 def run_stage(spec, run_dir: Path, stage_index: int, *, resume_from: Path | None, steps_done: int,
               attn: str, writer, rank: int, guard: Guard | None = None):
-    """Train one stage; returns the callback (which knows whether SIGTERM stopped it; `guard.fired`, whether a stop
-    rule did)."""
-    from accelerate.parallelism_config import ParallelismConfig
-    from accelerate.utils import DeepSpeedSequenceParallelConfig
-    from transformers import TrainingArguments
-
-    from .sp_trainer import PackedRows, UlyssesTrainer, collate_packed
-    from .states import StatesCallback
-
-    stage = spec.stages[stage_index]
-    step_offset = sum(s.steps for s in spec.stages[:stage_index])
-    init_from = str(Path(run_dir) / "stages" / f"stage{stage_index - 1}") if stage_index > 0 else None
-    pc = None
-    if spec.sp_size > 1:
-        par = parallelism(spec.spec, stage.seq_len, cuda=torch.cuda.is_available())
-        pc = ParallelismConfig(sp_backend=par["sp_backend"], sp_size=par["sp_size"], dp_shard_size=par["dp_shard_size"],
-                               sp_handler=DeepSpeedSequenceParallelConfig(
-                                   sp_seq_length=par["sp_seq_length"],
-                                   sp_seq_length_is_variable=par["sp_seq_length_is_variable"],
-                                   sp_attn_implementation=attn))
-    samples_per_step = spec.micro_batch_size * spec.grad_accum * spec.dp_size
-    length = stage.steps * samples_per_step
-    unit = spec.world_size * spec.micro_batch_size
-    length = -(-length // unit) * unit
-    # the last complete rows, never trained on: the loss-by-position evaluation's (evaluate.py)
-    rows, eval_rows = hold_back(load_stage_rows(run_dir, stage_index), spec.run.eval_rows,
-                                last_row_padded(run_dir, stage_index))
-    dataset = PackedRows(rows, offset=(step_offset + steps_done) * samples_per_step, length=length,
-                         sp=spec.sp_size, dp=spec.dp_size, grad_accum=spec.grad_accum,
-                         micro_batch=spec.micro_batch_size)
-    # random weights are drawn before the DeepSpeed config exists, so ZeRO-3's zero.Init does not partition them
-    # at creation (which would draw different numbers per layout); checkpoints load under zero.Init
-    model = build_model(spec, attn) if init_from is None and spec.model_path is None else None
-    out_dir = Path(run_dir) / "checkpoints" / f"stage{stage_index}"
-    args = TrainingArguments(
-        output_dir=str(out_dir), deepspeed=deepspeed_config(spec.spec), parallelism_config=pc,
-        save_strategy="no", save_total_limit=spec.keep_checkpoints, logging_strategy="no", report_to="none",
-        disable_tqdm=True, ignore_data_skip=True, dataloader_num_workers=0, remove_unused_columns=False,
-        ddp_backend=None, **training_arguments(spec.plan, stage, cuda=torch.cuda.is_available()),
-    )
-    if model is None:
-        model = build_model(spec, attn, init_from=init_from)
-    if not install_document_attention(attn, model.config) and rank == 0 and stage_index == 0:
-        print(f"attention: {attn} with Transformers' own masks (a sliding-window model or a kernel without "
-              "document support)", flush=True)
-    trainer = UlyssesTrainer(model=model, args=args, train_dataset=dataset, data_collator=collate_packed,
-                             sp_size=spec.sp_size, zero_stage=spec.zero_stage,
-                             tiled_logits=spec.tiled_logits_loss, checkpoint_offload=spec.checkpoint_offload,
-                             first_step=steps_done if resume_from else 0, upcast_logits=spec.upcast_logits,
-                             liger_loss=spec.liger_fused_loss)
-    if spec.tiled_mlp:  # after the Trainer applied Liger (if asked): TiledMLP tiles the MLP forward the model has now
-        enable_tiled_mlp(model)
-    if rank == 0 and stage_index == 0:  # which loss runs (`make gpu-check` reads it; the planner counts the same)
-        print(f"loss: {trainer.loss_kind}", flush=True)
-    cb = StepMetricsCallback(trainer, writer=writer, step_offset=step_offset, stage_index=stage_index,
-                             seq_len=stage.seq_len, model_config=model.config, peak_tflops=peak_tflops(spec.spec),
-                             checkpoint_every=spec.checkpoint_every,
-                             memory=MemoryMeter(spec.run.track_memory, spec.run.memory_every),
-                             run_spec=spec, document_len=spec.plan.training.document_len)
-    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
-    evaluated: set[int] = set()
-    live = {"model": model}  # emptied at the end of the stage: the callback (returned) must not keep the model
-
-    def evaluate_positions(step: int) -> None:
-        """Loss by position on the held-back rows (every rank; rank 0 writes the record)."""
-        if eval_rows is None:  # no rows held back (run.eval_rows 0): nothing to score
-            return
-        record = position_loss(live["model"], eval_rows, stage.seq_len, device)
-        evaluated.add(step)
-        if writer is not None:
-            writer.write({"step": step, "stage": stage_index, **record, "time": time.time()})
-
-    if eval_rows is not None and spec.run.eval_every:
-        cb.evaluate_every = (spec.run.eval_every, evaluate_positions)
-    if os.environ.get("ULAB_TRAINER_BARE") != "1":  # bench/trainer_overhead.py measures the loop without it
-        trainer.add_callback(cb)
-        if guard is not None:  # after cb: it reads the step's gathered loss from it
-            trainer.add_callback(GuardCallback(cb, guard))
-        trainer.add_callback(StatesCallback(trainer, run_dir, stage_index, spec.zero_stage))  # states.py
-    first_step = FirstStepEnd()
-    trainer.add_callback(first_step)
-    t0 = time.perf_counter()
-    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
-    if rank == 0:
-        t1 = time.perf_counter()
-        with open(Path(run_dir) / "stage_timings.jsonl", "a") as f:
-            f.write(json.dumps({"stage": stage_index, "steps": trainer.state.global_step - (steps_done if resume_from
-                                else 0), "train_s": t1 - t0,
-                                "after_first_step_s": t1 - first_step.at if first_step.at else None}) + "\n")
-    stopped = cb.stopped_by_signal or (guard is not None and guard.fired is not None)
-    if not stopped:  # the stage's evaluations of its final model
-        last = step_offset + stage.steps
-        if eval_rows is not None and last not in evaluated:
-            evaluate_positions(last)
-        for after, test in spec.plan.passkey_tests():
-            if after == stage_index:
-                record = passkey(model, tokenizer_for(spec.tokenizer_path), test.test_lengths(spec.sp_size),
-                                 test.depths, test.trials, spec.seed, device)
-                if writer is not None:
-                    writer.write({"step": last, "stage": stage_index, **record, "time": time.time()})
-    cb.evaluate_every = None
-    live.clear()
-    head = model.get_output_embeddings()
-    if isinstance(head, TiledLossHead):  # save a plain model (stage i+1 and users load it as such)
-        model.set_output_embeddings(head.head)
-    last_stage = stage_index == len(spec.stages) - 1
-    if not stopped and not (last_stage and os.environ.get(SKIP_FINAL_SAVE_ENV) == "1"):
-        trainer.save_model(str(Path(run_dir) / "stages" / f"stage{stage_index}"))
-    trainer.accelerator.free_memory()
-    engine = getattr(trainer, "model_wrapped", None)
-    destroy = getattr(engine, "destroy", None)  # DeepSpeed's engine; a plain module has none
-    if destroy is not None:
-        destroy()
-    del destroy
-    del trainer, model, engine
-    gc.collect()
-    return cb
+    """Train one stage (stage.py: build, train, finish); returns its metrics callback (which knows whether SIGTERM
+    stopped it; `guard.fired`, whether a stop rule did)."""
+    built = build_stage(spec, run_dir, stage_index, resume_from=resume_from, steps_done=steps_done, attn=attn,
+                        writer=writer, rank=rank, guard=guard)
+    built.finish(stopped=built.train())
+    return built.metrics
 
 
 def train_this_rank(spec, run_dir: Path, resume: bool) -> int:
@@ -273,7 +154,7 @@ def train_this_rank(spec, run_dir: Path, resume: bool) -> int:
             writer = MetricsWriter(mine)
         attention = _Attention(attn)
         settle_imports()
-        guard = Guard(spec.run, inherited_reference(resume_from))  # this attempt's stop rules (guard.py)
+        guard = Guard(spec.run, inherited_reference(resume_from))  # this attempt's stop rules (stop_rules.py)
         for i in range(start_stage, len(spec.stages)):
             if i > start_stage:
                 attention.reset()

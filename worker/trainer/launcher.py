@@ -1,9 +1,10 @@
-"""`ulab train` and the per-rank entry point.
+"""`ulab train` (`python -m worker.trainer`): the launcher of a run's ranks on this node.
 
 `run_train` validates the plan and prepares (tokenizes and packs) the data before any rank starts, so a bad
-plan or bad data ends with one clear line on stderr and exit code 2. Then, with more than one rank in the plan
-and outside torchrun, it starts the ranks with `torchrun_command` (the same list the worker launches);
-inside torchrun (LOCAL_RANK set) or for a single rank it trains in this process.
+plan or bad data ends with one clear line on stderr and exit code 2. Then, with more than one rank in the plan,
+it starts the ranks with `torchrun_command` (the same list the worker launches), each one the rank's entry point
+`python -m worker.trainer.rank` (rank.py); for a single rank it trains in this process, through the rank's
+`train_rank`.
 
 `--resume` continues from the newest complete checkpoint (step numbering, optimizer, LR schedule and data
 position); without any checkpoint yet it starts from step 1, so a retry can always pass --resume.
@@ -23,15 +24,11 @@ codes are plan/outcome.py's; the reason is also the last stderr line).
 """
 from __future__ import annotations
 
-import gc
 import json
 import os
 import signal
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from plan.launch import (
@@ -52,47 +49,10 @@ from plan.outcome import Cause, Outcome, clear_outcome, read_outcome, write_outc
 
 from . import attempt as attempts
 from .cpu_info import share_cpu_info
-from .exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, describe_exit, say_last_words
-from .spec import PlanError, RunSpec, check_model_source, load_plan
-
-
-def _say(line: str) -> None:
-    say_last_words(line)  # kept outside the run directory too: a full disk swallows the print
-    try:
-        print(line, file=sys.stderr, flush=True)
-    except OSError:
-        pass
-
-
-def validate(plan_path: Path, run_dir: Path, resume: bool = False) -> RunSpec:
-    """Parse the plan, check it against this machine and the checkpoint a resume continues from, and make sure
-    every stage has data; raises PlanError / data.DataError with one line."""
-    spec = RunSpec.from_plan(load_plan(plan_path))
-    check_model_source(spec)
-    if spec.depends_on_device:  # torch only then: the launcher of a multi-rank run need not import it
-        import torch
-
-        spec.check_device(cuda=torch.cuda.is_available())
-    if resume:
-        from .checkpoints import resume_problem
-
-        problem = resume_problem(run_dir, spec)
-        if problem:
-            raise PlanError(problem)
-    from .data import prepare_all_stages  # numpy + tokenizer, no torch.distributed
-
-    prepare_all_stages(spec, Path(run_dir), base_dir=Path(plan_path).resolve().parent)
-    return spec
-
-
-def set_alloc_conf(spec: RunSpec) -> None:
-    """PYTORCH_CUDA_ALLOC_CONF (training.expandable_segments) in this process's environment, before anything touches
-    CUDA: torchrun passes it on to the ranks, and a rank started by hand sets it for itself here."""
-    from plan.launch import ALLOC_CONF_ENV, alloc_conf
-
-    value = alloc_conf(spec.spec, os.environ.get(ALLOC_CONF_ENV))
-    if value is not None:
-        os.environ[ALLOC_CONF_ENV] = value
+from .exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, describe_exit
+from .preflight import bad_input, checked, resumable, say
+from .rank import train_rank
+from .spec import PlanError, RunSpec, load_plan
 
 
 def build_cpu_adam() -> None:
@@ -117,7 +77,7 @@ def run_dry(plan_path: Path) -> int:
         spec = RunSpec.from_plan(load_plan(plan_path))
         spec.check_attention(cuda=torch.cuda.is_available())  # the rest of check_device: at the run's start
     except PlanError as e:
-        _say(f"error: {e}")
+        say(f"error: {e}")
         return EXIT_BAD_INPUT
     from worker.trainer.capabilities import capabilities
 
@@ -134,16 +94,8 @@ def _plan_stop_grace_s(plan_path: Path) -> float:
 
 
 def hold_run_dir(plan_path: Path, run_dir: Path, attempt: int | None) -> attempts.RunLock:
-    """Tag this process (and so torchrun and the ranks) with the run's lock and attempt, and hold the lock: the
-    launcher takes it, stopping what another attempt left in the run directory; a rank joins its attempt's.
-    Raises attempt.LockBusy."""
-    if "LOCAL_RANK" in os.environ:  # a rank
-        # it never outlives torchrun (if torchrun dies without stopping it, nobody else would)
-        attempts.die_with_parent(signal.SIGKILL)
-        lock = attempts.RunLock(os.environ.get(attempts.RUN_LOCK_ENV) or attempts.lock_file(run_dir))
-        if attempts.RUN_LOCK_ENV in os.environ:  # else torchrun was started by hand (the planner's launch
-            lock.join(int(os.environ.get(attempts.ATTEMPT_ENV, "1")))  # command): no `ulab train` holds it
-        return lock
+    """Tag this process (and so torchrun and the ranks) with the run's lock and attempt, and take the lock, stopping
+    what another attempt left in the run directory (the ranks join it: rank.join_run_dir). Raises attempt.LockBusy."""
     node_rank = int(os.environ.get("ULAB_NODE_RANK", "0"))
     path = os.environ.get(attempts.RUN_LOCK_ENV) or str(attempts.lock_file(run_dir, node_rank))
     number = attempt or int(os.environ.get(attempts.ATTEMPT_ENV, "0")) or attempts.previous_attempt(run_dir,
@@ -157,78 +109,43 @@ def hold_run_dir(plan_path: Path, run_dir: Path, attempt: int | None) -> attempt
 def run_train(plan_path: Path, run_dir: Path, resume: bool, attempt: int | None = None,
               resume_from: str | None = None) -> int:
     plan_path, run_dir = Path(plan_path), Path(run_dir)
-    from .data import DataError
-
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         lock = hold_run_dir(plan_path, run_dir, attempt)
     except (attempts.LockBusy, OSError) as e:
-        _say(f"error: {e}")
+        say(f"error: {e}")
         return EXIT_FAILED
-    if "LOCAL_RANK" not in os.environ:  # the launcher, with the lock: an earlier attempt's record goes
-        clear_outcome(run_dir)
-    if resume_from and "LOCAL_RANK" not in os.environ:  # the launcher, with the lock: no rank is saving now
+    clear_outcome(run_dir)  # with the lock: an earlier attempt's record goes
+    if resume_from:  # with the lock: no rank is saving now
         from .checkpoints import discard_newer
 
         try:
             moved = discard_newer(run_dir, resume_from, lock.attempt or 0)
         except (ValueError, OSError) as e:
-            return _bad_input(run_dir, f"error: {e}")
+            return bad_input(run_dir, f"error: {e}")
         print(f"--resume-from {resume_from}: {len(moved)} newer checkpoint(s) moved aside"
               + (f" ({', '.join(str(p) for p in moved)})" if moved else ""), flush=True)
         resume = True
-    try:
-        spec = validate(plan_path, run_dir, resume)
-        set_alloc_conf(spec)
-    except (PlanError, DataError) as e:
-        return _bad_input(run_dir, f"error: {e}")
-    if resume and not any(run_dir.glob("checkpoints/stage*/checkpoint-*/trainer_state.json")):
-        if "LOCAL_RANK" not in os.environ or os.environ.get("RANK") == "0":
-            print(f"--resume: no checkpoint under {run_dir / 'checkpoints'} yet; starting from step 1", flush=True)
-        resume = False
+    spec = checked(plan_path, run_dir, resume)
+    if isinstance(spec, int):
+        return spec
+    resume = resumable(run_dir, resume, announce=True)
     if spec.offload_optimizer:
         share_cpu_info()  # DeepSpeed's CPU Adam asks which CPU this is 3 times per rank, a subprocess each
-        if "LOCAL_RANK" not in os.environ:
-            build_cpu_adam()
-    if spec.world_size > 1 and "LOCAL_RANK" not in os.environ:
+        build_cpu_adam()
+    if spec.world_size > 1:
         return _launch_ranks(spec, plan_path, run_dir, resume, lock)
-    with gc_off_for_imports():
-        from .train import train_this_rank
-
-        code = train_this_rank(spec, run_dir, resume)
-    if code == EXIT_OK and "LOCAL_RANK" not in os.environ:  # one process, no torchrun: the launcher's record
+    code = train_rank(spec, run_dir, resume)
+    if code == EXIT_OK:  # one process, no torchrun: the launcher's record
         write_outcome(run_dir, Outcome.of(Cause.COMPLETED, attempt=lock.attempt))
     return code
-
-
-def _bad_input(run_dir: Path, line: str) -> int:
-    """A plan, data or checkpoint reference the trainer refuses: said, and recorded (exit code 2)."""
-    _say(line)
-    write_outcome(run_dir, Outcome.of(Cause.ERROR, line, exit_code=EXIT_BAD_INPUT))
-    return EXIT_BAD_INPUT
-
-
-@contextmanager
-def gc_off_for_imports() -> Iterator[None]:
-    """The garbage collector off while this rank imports torch, Transformers and DeepSpeed: they make ~670,000
-    objects (~250,000 of them garbage in cycles), and the automatic collections walked the survivors again and again
-    as they piled up. `train.settle_imports()` then collects once, freezes what the imports left and turns the
-    collector on for training; whatever way the block ends, it is on again. A rank's imports: 3.35 -> 2.87 CPU-s
-    (medians of 3), peak RSS 398 -> 406 MiB (bench/rank_imports.py)."""
-    was_on = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_on:
-            gc.enable()
 
 
 def _launch_ranks(spec: RunSpec, plan_path: Path, run_dir: Path, resume: bool, lock: attempts.RunLock) -> int:
     nnodes, per_node = nodes_and_ranks_per_node(spec.spec)
     endpoint = os.environ.get("ULAB_RDZV_ENDPOINT")
     if nnodes > 1 and not endpoint:
-        _say(f"error: hardware.num_nodes={nnodes}: set ULAB_RDZV_ENDPOINT=host:port (and ULAB_NODE_RANK) on every node")
+        say(f"error: hardware.num_nodes={nnodes}: set ULAB_RDZV_ENDPOINT=host:port (and ULAB_NODE_RANK) on every node")
         return EXIT_BAD_INPUT
     cmd = torchrun_command(plan_path, run_dir, resume=resume, nproc_per_node=per_node, nnodes=nnodes,
                            node_rank=int(os.environ.get("ULAB_NODE_RANK", "0")), rdzv_endpoint=endpoint,
@@ -241,7 +158,7 @@ def _launch_ranks(spec: RunSpec, plan_path: Path, run_dir: Path, resume: bool, l
     final = Outcome(final.cause, final.exit_code, final.message, final.step, final.rank, lock.attempt)
     write_outcome(run_dir, final)
     if rc != 0:
-        _say(final.message)
+        say(final.message)
     return final.exit_code
 
 
@@ -252,7 +169,7 @@ def _run_torchrun(cmd: list[str], spec: RunSpec, lock: attempts.RunLock) -> int:
     left when torchrun exits, or when it overruns the stop deadline, is SIGKILLed here."""
     grace = stop_grace_s(spec.spec)
     if grace > MIN_STOP_GRACE_S and torchrun_reads_shutdown_timeout() is False:
-        _say(f"warning: this torch's torchrun does not read {SHUTDOWN_TIMEOUT_ENV}: after a stop the ranks get its "
+        say(f"warning: this torch's torchrun does not read {SHUTDOWN_TIMEOUT_ENV}: after a stop the ranks get its "
              f"fixed {MIN_STOP_GRACE_S:.0f} s to save, not run.stop_grace_s={grace:.0f} s")
     env = {**os.environ, RANK_PREFIX_ENV: os.environ.get(RANK_PREFIX_ENV, RANK_PREFIX), **torchrun_env(grace)}
     proc = subprocess.Popen(cmd, start_new_session=True, pass_fds=(lock.inheritable_fd(),),
@@ -273,13 +190,13 @@ def _run_torchrun(cmd: list[str], spec: RunSpec, lock: attempts.RunLock) -> int:
                 pass
         mine = attempts.tagged(lock.path, attempt=lock.attempt)
         if proc.poll() is None:
-            _say(f"torchrun did not stop within {launcher_stop_wait_s(spec.spec):.0f} s of the stop; killing "
+            say(f"torchrun did not stop within {launcher_stop_wait_s(spec.spec):.0f} s of the stop; killing "
                  f"pids {attempts.describe(mine)}")
             left = attempts.kill_left(mine, 0)
         else:  # ranks torchrun left behind (it was killed, say): they get what torchrun itself gives its own
             left = attempts.stop_processes(mine, TORCHRUN_EXIT_S)
         if left:
-            _say(f"processes {attempts.describe(left)} of this run survived SIGKILL")
+            say(f"processes {attempts.describe(left)} of this run survived SIGKILL")
         return proc.wait()
     finally:
         for s, h in old.items():
@@ -289,7 +206,8 @@ def _run_torchrun(cmd: list[str], spec: RunSpec, lock: attempts.RunLock) -> int:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m worker.trainer", description="Ulysses SP trainer (one rank)")
+    p = argparse.ArgumentParser(prog="python -m worker.trainer",
+                                description="Ulysses SP trainer: starts the ranks of a run on this node")
     p.add_argument("--plan", required=True, type=Path)
     p.add_argument("--run-dir", required=True, type=Path)
     p.add_argument("--resume", action="store_true")

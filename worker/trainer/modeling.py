@@ -27,7 +27,7 @@ def build_model(spec, attn_implementation: str, init_from: str | None = None):
         torch.manual_seed(spec.seed)  # the same random weights on every rank and in every run with this seed
         model = AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation, dtype=dtype)
     model.config.use_cache = False
-    # TiledMLP is enabled later (train.run_stage), after the Trainer applied Liger's kernels, so that it tiles
+    # TiledMLP is enabled later (stage.build), after the Trainer applied Liger's kernels, so that it tiles
     # whatever MLP forward the model then has (Liger's fused SwiGLU with training.liger_kernel)
     if spec.tiled_logits_loss:
         enable_tiled_logits_loss(model, spec.zero_stage, spec.upcast_logits)
