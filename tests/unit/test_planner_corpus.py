@@ -69,3 +69,15 @@ def test_a_self_contradicting_pair_flags_both_rows_and_leaves_the_bands():
     band = next(b for b in compute() if b["regime"] == "ulysses" and b["kind"] == "memory")
     assert band["rows"] == len(used)
     assert band["sources"] == len({source_key(r.row) for r in used})
+
+
+def test_the_alst_table1_rows_read_the_allocator_as_their_stack_left_it():
+    """Table 1 of the ALST paper ran on ArcticTraining, which never sets PYTORCH_CUDA_ALLOC_CONF (arctic-training
+    0.0.3 to 0.8.0 on PyPI), and torch's caching allocator starts without expandable segments: the rows that leave
+    the setting unstated read it off, max lengths and iteration times alike (docs/planner-accuracy.md, "The ALST
+    Table 1 rows")."""
+    rows = {r["id"]: r for r in read_corpus()}
+    table1 = [i for i in rows if i[:3] in ("A1-", "A2-", "A3-", "A4-", "A5-")]
+    assert len(table1) == 10
+    for i in table1:
+        assert rows[i]["plan"]["training"]["expandable_segments"] is False, i
