@@ -66,12 +66,12 @@ def test_planner_validation_prints_every_corpus_row_and_a_summary_per_regime():
 
 def test_corpus_consistency_prints_every_pair_and_the_fp32_buffer_what_if():
     from bench.corpus import read_corpus
-    from bench.corpus_consistency import PAIRS
+    from bench.corpus_consistency import pairs
 
     text = run_bench("corpus_consistency.py")
     floors = re.findall(r"^  the best one estimate can do on both: worst error \d+\.\d%( -> both flagged)?$", text,
                         re.M)
-    assert len(floors) == len(PAIRS)
+    assert len(floors) == len(pairs({r["id"]: r for r in read_corpus()}))
     what_if = run_bench("corpus_consistency.py", "--without-fp32-grad-buffer")
     rows = re.findall(r"^  (\S+) +published +[\d.]+ +planner +[\d.]+ \( *[+-][\d.]+%\) +without +[\d.]+", what_if, re.M)
     assert "HF-4g-sp4-32K-mem" in rows
