@@ -35,6 +35,12 @@ OFFLOAD_ROWS = ("A1-time", "A7-time", "A8-time", "H100-suite-alst-time", "H100-s
 HF_ROWS = ("HF-1g-sp1-8K-tps", "HF-4g-sp4-8K-tps", "HF-4g-sp4-32K-tps", "HF-4g-sp4-64K-tps")
 
 
+def _spec(row: dict):
+    spec = validate(row["plan"]).spec
+    assert spec is not None
+    return spec
+
+
 def _error(row: dict, plan: dict) -> float:
     r = copy.deepcopy(row)
     r["plan"] = plan
@@ -47,9 +53,7 @@ def offload_rows(rows: dict[str, dict]) -> None:
     print("== optimizer-offload rows: the planner's terms, and every rank on all its node's cores ==")
     for rid in OFFLOAD_ROWS:
         row = rows[rid]
-        spec = validate(row["plan"]).spec
-        assert spec is not None
-        th = estimate(row["plan"])["throughput"]
+        spec, th = _spec(row), estimate(row["plan"])["throughput"]
         psi_rank = spec.model.total_params / spec.world
         terms = ", ".join(f"{k} {v:.3g}" for k, v in th["time_breakdown_s"].items() if v >= 0.0005)
         wide = copy.deepcopy(row["plan"])
@@ -68,7 +72,7 @@ def ring_rows(rows: dict[str, dict]) -> None:
     print("\n== T9 against T1 (ring CP 8, 8 x H100, 1,048,576 tokens) ==")
     t1, t9 = rows["T1-time"], rows["T9-time"]
     for row in (t1, t9):
-        fl = tp.flops_per_token(validate(row["plan"]).spec)
+        fl = tp.flops_per_token(_spec(row))
         print(f"  {row['id']}: {row['plan']['model']['preset']:<14} published {row['published']} s; hardware FLOPs "
               f"per token: attention {fl['hw_attention']:.3g}, matmuls {fl['hw_matmul']:.3g}; "
               f"checkpoint_offload {row['plan']['training']['checkpoint_offload']}")
@@ -88,8 +92,7 @@ def hf_rows(rows: dict[str, dict]) -> None:
     print("\n== Hugging Face tokens/s rows: the step each figure implies ==")
     for rid in HF_ROWS:
         row = rows[rid]
-        spec = validate(row["plan"]).spec
-        assert spec is not None
+        spec = _spec(row)
         tokens = spec.seq_len * spec.sequences_per_step
         implied = tokens / float(row["published"])
         step = estimate(row["plan"])["throughput"]["step_time_s"]
