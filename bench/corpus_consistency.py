@@ -11,9 +11,13 @@ for each pair the corpus has, beside the planner's errors on the two rows, so th
 (bench/planner_validation.py) can be read with it: a row on the wrong side of such a pair holds the "worst error"
 of its regime whatever the physics.
 
-The rule the corpus applies (`flagged`): a pair whose floor exceeds CONTRADICTION contradicts itself, and both of its
-rows are flagged, since published values alone cannot say which one is wrong. Flagged rows stay in the corpus and in
-its tables with their error; they leave the accuracy targets and the uncertainty bands.
+The rule the corpus applies (`flagged`): a pair whose floor exceeds CONTRADICTION (memory rows) or TIME_CONTRADICTION
+(step time, tokens/s, MFU) contradicts itself, and both of its rows are flagged, since published values alone cannot
+say which one is wrong. Flagged rows stay in the corpus and in its tables with their error; they leave the accuracy
+targets and the uncertainty bands.
+
+Besides the pairs named in PAIRS, every row a publication gives twice (its `-rev2` row: another revision of the same
+post, the same plan) makes a pair with the first figure (`revision_pairs`).
 
 No planner constant is derived from here; the planner is asked only for the all-to-all buffer bytes (d) and for its
 current predictions.
@@ -37,6 +41,12 @@ GIB = 2**30
 # A pair contradicts itself when no one estimate can be within this share of both rows: the memory target the
 # project holds reproduced rows of one publication to (bench/planner_accuracy.py, "within 10% on memory").
 CONTRADICTION = 0.10
+# Time rows contradict themselves past the step-time target the corpus's time rows are held to (within 15%:
+# bench/planner_validation.py time_target_lines): no one estimate could meet it on both rows.
+TIME_CONTRADICTION = 0.15
+TIME_QUANTITIES = ("step_time", "tokens_per_s", "mfu")
+# The id suffix of a row that is another revision of a publication's figure (bench/data/published_corpus.csv).
+REVISION = "-rev2"
 
 
 @dataclass(frozen=True)
@@ -77,18 +87,42 @@ def floor(a: float, b: float, d: float) -> float:
     return max(0.0, (b - d - a) / (a + b))
 
 
+def revision_pairs(rows: dict[str, dict]) -> tuple[Pair, ...]:
+    """A pair for every row given again by another revision of its publication (`<id>-rev2` beside `<id>`)."""
+    out = []
+    for rid, row in rows.items():
+        first = rows.get(rid.removesuffix(REVISION)) if rid.endswith(REVISION) else None
+        if first is None:
+            continue
+        low, high = sorted((first, row), key=lambda r: float(r["published"]))
+        out.append(Pair(low["id"], high["id"], "two revisions of one publication give the same configuration two "
+                                               "figures"))
+    return tuple(out)
+
+
+def pairs(rows: dict[str, dict]) -> tuple[Pair, ...]:
+    return PAIRS + revision_pairs(rows)
+
+
 def pair_floor(rows: dict[str, dict], pair: Pair) -> float:
-    """The floor of a pair from the rows' published values (and the all-to-all bytes the higher row adds)."""
-    hi = rows[pair.high]
-    d = all_to_all_bytes(hi) / GIB if hi["quantity"] != "max_context" and hi["plan"]["parallel"]["sp_size"] > 1 \
-        else 0.0
-    return floor(float(rows[pair.low]["published"]), float(hi["published"]), d)
+    """The floor of a pair from the rows' published values (and the all-to-all bytes the higher row adds when its
+    plan differs by Ulysses' degree)."""
+    lo, hi = rows[pair.low], rows[pair.high]
+    adds_buffers = (hi["quantity"] != "max_context" and hi["plan"]["parallel"]["sp_size"] > 1
+                    and hi["plan"] != lo["plan"])
+    d = all_to_all_bytes(hi) / GIB if adds_buffers else 0.0
+    return floor(float(lo["published"]), float(hi["published"]), d)
+
+
+def limit(rows: dict[str, dict], pair: Pair) -> float:
+    """The floor past which the pair contradicts itself: the time target for time rows, else the memory one."""
+    return TIME_CONTRADICTION if rows[pair.high]["quantity"] in TIME_QUANTITIES else CONTRADICTION
 
 
 def flagged(rows: list[dict]) -> set[str]:
-    """The ids of the rows in a pair that contradicts itself (floor above CONTRADICTION)."""
+    """The ids of the rows in a pair that contradicts itself (floor above its `limit`)."""
     by_id = {r["id"]: r for r in rows}
-    return {i for p in PAIRS if pair_floor(by_id, p) > CONTRADICTION for i in (p.low, p.high)}
+    return {i for p in pairs(by_id) if pair_floor(by_id, p) > limit(by_id, p) for i in (p.low, p.high)}
 
 
 def without_fp32_grad_buffer() -> None:
@@ -127,14 +161,14 @@ def main() -> int:
     results = {r.row["id"]: r for r in evaluate_all()}
     rows = {i: r.row for i, r in results.items()}
     print("pairs of rows that should publish the same figure (published values only); a floor above "
-          f"{CONTRADICTION:.0%} flags both rows\n")
-    for pair in PAIRS:
+          f"{CONTRADICTION:.0%} (memory) or {TIME_CONTRADICTION:.0%} (time) flags both rows\n")
+    for pair in pairs(rows):
         lo, hi = results[pair.low], results[pair.high]
         a, b = float(lo.row["published"]), float(hi.row["published"])
         x = pair_floor(rows, pair)
         print(f"{pair.low} {a:g} vs {pair.high} {b:g} {hi.row['unit']} ({(b - a) / a:+.1%}): {pair.why}")
         print(f"  the best one estimate can do on both: worst error {x:.1%}"
-              f"{' -> both flagged' if x > CONTRADICTION else ''}")
+              f"{' -> both flagged' if x > limit(rows, pair) else ''}")
         print(f"  the planner: {pair.low} {lo.predicted:,.1f} ({lo.error:+.1%}), "
               f"{pair.high} {hi.predicted:,.1f} ({hi.error:+.1%})\n")
     return 0

@@ -92,11 +92,14 @@ def gpu_class(gpu) -> str:
 
 
 def cpu_threads_per_rank(spec) -> int:
-    """OpenMP threads DeepSpeedCPUAdam (and torch's CPU ops) get per rank. torchrun and `accelerate launch` set
-    OMP_NUM_THREADS=1 for every rank when it is unset (torch/distributed/run.py: "Setting OMP_NUM_THREADS environment
-    variable for each process to be 1 in default"; accelerate/commands/launch.py: num_cpu_threads_per_process
-    defaults to OMP_NUM_THREADS or 1), so without `hardware.cpu_cores_per_node` a rank steps on one core. Ulysses
-    Lab's trainer gives each rank cores // ranks_on_node (worker/trainer/collectives.py share_cores)."""
+    """OpenMP threads DeepSpeedCPUAdam (and torch's CPU ops) get per rank. torchrun with several ranks per node and
+    `accelerate launch` set OMP_NUM_THREADS=1 when it is unset (torch/distributed/run.py: "Setting OMP_NUM_THREADS
+    environment variable for each process to be 1 in default", under `nproc_per_node > 1`;
+    accelerate/commands/launch.py: num_cpu_threads_per_process defaults to OMP_NUM_THREADS or 1), so without
+    `hardware.cpu_cores_per_node` a rank steps on one core. Ulysses Lab's trainer gives each rank
+    cores // ranks_on_node (worker/trainer/collectives.py share_cores). DeepSpeed's launcher sets no thread count
+    (launcher/launch.py, only under --bind_cores_to_rank) and a lone torchrun rank keeps torch's default: all the
+    node's cores; the one-core reading is kept for them too (docs/planner-accuracy.md, step-time misses)."""
     cores = spec.plan.hardware.cpu_cores_per_node
     return 1 if cores is None else max(1, cores // spec.ranks_per_node)
 

@@ -66,12 +66,12 @@ def test_planner_validation_prints_every_corpus_row_and_a_summary_per_regime():
 
 def test_corpus_consistency_prints_every_pair_and_the_fp32_buffer_what_if():
     from bench.corpus import read_corpus
-    from bench.corpus_consistency import PAIRS
+    from bench.corpus_consistency import pairs
 
     text = run_bench("corpus_consistency.py")
     floors = re.findall(r"^  the best one estimate can do on both: worst error \d+\.\d%( -> both flagged)?$", text,
                         re.M)
-    assert len(floors) == len(PAIRS)
+    assert len(floors) == len(pairs({r["id"]: r for r in read_corpus()}))
     what_if = run_bench("corpus_consistency.py", "--without-fp32-grad-buffer")
     rows = re.findall(r"^  (\S+) +published +[\d.]+ +planner +[\d.]+ \( *[+-][\d.]+%\) +without +[\d.]+", what_if, re.M)
     assert "HF-4g-sp4-32K-mem" in rows
@@ -86,3 +86,17 @@ def test_packed_attention_prints_a_row_per_method():
     assert re.search(r"^padded\s+\|\s+1 \|", text, re.M), text  # the trainer's: one call
     for method in ("flex", "nested"):  # no CPU backward / no causal nested path in this torch: said, not hidden
         assert re.search(rf"^{method}\s+\| (cannot train here: .+|\s*\d+ \|.*)$", text, re.M), (method, text)
+
+
+def test_time_misses_prints_every_offload_row_t9_against_t1_and_the_hf_steps():
+    from bench.time_misses import HF_ROWS, OFFLOAD_ROWS
+
+    text = run_bench("time_misses.py")
+    for rid in OFFLOAD_ROWS:
+        assert re.search(rf"^  {re.escape(rid)}\s+published .* planner .*\([+-][\d.]+%\)  all cores .*\([+-][\d.]+%\)$",
+                         text, re.M), rid
+    assert re.search(r"^  the best one estimate that grows with the work can do on both: worst error \d+\.\d%$", text,
+                     re.M)
+    assert len(re.findall(r"^  attention at 0\.\d\d of peak: T1 [+-][\d.]+%, T9 [+-][\d.]+%$", text, re.M)) == 2
+    for rid in HF_ROWS:
+        assert re.search(rf"^  {rid}\s+[\d,]+ tokens per step at .* s per step; planner", text, re.M), rid
