@@ -50,6 +50,7 @@ export function ShareLink({ run }: { run: Run }) {
     onSuccess: (r) => {
       setShared(null);
       setRevoked(r.revoked);
+      queryClient.setQueryData(["shares", run.id], []);  // none is live now: the button goes at once
       void reread();
     },
   });
