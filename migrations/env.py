@@ -11,6 +11,7 @@ from backend.plans import models as _plans  # noqa: F401
 from backend.runs import attempts as _attempts  # noqa: F401
 from backend.runs import models as _runs  # noqa: F401
 from backend.runs import nodes as _nodes  # noqa: F401
+from backend.runs import share as _share  # noqa: F401
 from backend.workers import models as _workers  # noqa: F401
 
 config = context.config

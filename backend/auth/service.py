@@ -44,6 +44,14 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+def new_token(prefix: str = TOKEN_PREFIX) -> tuple[str, str]:
+    """A new token (`prefix` + 256 random bits) and the SHA-256 that is all the database keeps of it: API tokens and
+    browser sessions here, attempt tokens (backend/execution/attempt_tokens.py), run share links
+    (backend/runs/share.py)."""
+    token = prefix + secrets.token_urlsafe(32)
+    return token, hash_token(token)
+
+
 def queue_list(queues: str | None) -> frozenset[str]:
     return frozenset(q for q in (queues or "").split(",") if q)
 
@@ -52,8 +60,8 @@ def create_token(session: Session, name: str, role: Role, queues: list[str] | No
     """A new token of `role`; a worker token names the queues it serves (ValueError without one), no other does."""
     if (role == Role.WORKER) != bool(queues):
         raise ValueError("a worker token names the queues it serves, and only a worker token names queues")
-    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    row = ApiToken(name=name, role=role.value, token_hash=hash_token(token), prefix=token[:12],
+    token, digest = new_token()
+    row = ApiToken(name=name, role=role.value, token_hash=digest, prefix=token[:12],
                    queues=",".join(sorted(set(queues or []))) or None)
     session.add(row)
     session.commit()
@@ -116,9 +124,9 @@ def verify(session: Session, token: str) -> Principal | None:
 
 def open_session(session: Session, principal: Principal) -> str:
     """A token for one browser session of `principal` (kept in the cookie); sign-out revokes it."""
-    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token, digest = new_token()
     session.add(ApiToken(name=f"session of {principal.name}"[:200], role=principal.role.value,
-                         token_hash=hash_token(token), prefix=token[:12], session_of=principal.token_id))
+                         token_hash=digest, prefix=token[:12], session_of=principal.token_id))
     session.commit()
     return token
 

@@ -5,14 +5,13 @@ is under that job, which Slurm may requeue as the next attempt), and up to ULAB_
 the worker can drain its last metrics and the tracker forwarder read them."""
 from __future__ import annotations
 
-import secrets
 from datetime import datetime, timedelta
 
 from sqlalchemy import DateTime, ForeignKey, Integer, String, func, select, update
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from backend.auth.roles import Role
-from backend.auth.service import Principal, hash_token
+from backend.auth.service import Principal, hash_token, new_token
 from backend.core.db import Base
 from backend.core.settings import get_settings
 from backend.runs import transitions
@@ -36,8 +35,8 @@ class AttemptToken(Base):
 
 def mint(session: Session, run_id: int, attempt: int, node_rank: int = 0) -> str:
     """A new token of the run's attempt (for node `node_rank`), added to the caller's session."""
-    token = PREFIX + secrets.token_urlsafe(32)
-    session.add(AttemptToken(run_id=run_id, attempt=attempt, node_rank=node_rank, token_hash=hash_token(token)))
+    token, digest = new_token(PREFIX)
+    session.add(AttemptToken(run_id=run_id, attempt=attempt, node_rank=node_rank, token_hash=digest))
     return token
 
 

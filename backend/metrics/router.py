@@ -13,7 +13,7 @@ from sse_starlette.sse import EventSourceResponse
 
 from backend.alerts import service as alerts
 from backend.api.deps import RowId, SessionDep
-from backend.auth.deps import Reader, presented_token, requires
+from backend.auth.deps import presented_token, requires
 from backend.auth.roles import Permission, Role
 from backend.auth.service import Principal
 from backend.core.db import get_sessionmaker
@@ -24,8 +24,10 @@ from backend.execution.router import attempt_principal
 from backend.metrics import chart, service
 from backend.metrics.models import MetricPoint
 from backend.metrics.schemas import Accepted, MetricQueryOut, PointsIn, StepAxesOut
+from backend.runs import share
 from backend.runs.schemas import RunOut
 from backend.runs.service import get_run, require_run, require_writable_run
+from backend.runs.share import RunReader
 from backend.runs.states import TERMINAL, RunState
 
 router = APIRouter(prefix="/api/runs/{run_id}", tags=["metrics"])
@@ -67,7 +69,7 @@ def _export_rows(session, run_id: int):
 
 @router.get("/metrics.csv", response_class=Response,
             responses={200: {"content": {"text/csv": {}}, "description": "step,rank,name,value,wall_time"}})
-def metrics_csv(run_id: RowId, session: SessionDep, _: Reader) -> Response:
+def metrics_csv(run_id: RowId, session: SessionDep, _: RunReader) -> Response:
     """Every stored point of the run as CSV (step, rank, name, value, wall_time: unix seconds)."""
     require_run(session, run_id)
     out = io.StringIO()
@@ -80,7 +82,7 @@ def metrics_csv(run_id: RowId, session: SessionDep, _: Reader) -> Response:
 
 @router.get("/metrics.parquet", response_class=Response,
             responses={200: {"content": {"application/vnd.apache.parquet": {}}, "description": "the same as Parquet"}})
-def metrics_parquet(run_id: RowId, session: SessionDep, _: Reader) -> Response:
+def metrics_parquet(run_id: RowId, session: SessionDep, _: RunReader) -> Response:
     """Every stored point of the run as Parquet, the columns of metrics.csv with their types."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -97,13 +99,13 @@ def metrics_parquet(run_id: RowId, session: SessionDep, _: Reader) -> Response:
 
 
 @router.get("/metrics/names")
-def metric_names(run_id: RowId, session: SessionDep, _: Reader) -> list[str]:
+def metric_names(run_id: RowId, session: SessionDep, _: RunReader) -> list[str]:
     require_run(session, run_id)
     return service.names(session, run_id)
 
 
 @router.get("/metrics", response_model=MetricQueryOut)
-async def query(run_id: RowId, _: Reader, name: str = Query(..., min_length=1, max_length=64),
+async def query(run_id: RowId, _: RunReader, name: str = Query(..., min_length=1, max_length=64),
                 start: int | None = Query(None, ge=0, le=2**31 - 1), end: int | None = Query(None, ge=0, le=2**31 - 1),
                 points: int = Query(1000, ge=1, le=10_000)) -> Response:
     """At most `points` buckets per rank over the step range, each with min, max and last; the chart of a live run
@@ -121,7 +123,7 @@ async def query(run_id: RowId, _: Reader, name: str = Query(..., min_length=1, m
 
 
 @router.get("/metrics/axes")
-def step_axes(run_id: RowId, session: SessionDep, _: Reader,
+def step_axes(run_id: RowId, session: SessionDep, _: RunReader,
               points: int = Query(1000, ge=2, le=10_000)) -> StepAxesOut:
     """The run's steps with their wall time and the tokens trained up to them (at most `points`), for charts whose
     x axis is wall time or tokens."""
@@ -129,8 +131,12 @@ def step_axes(run_id: RowId, session: SessionDep, _: Reader,
     return chart.axes(session, run_id, points)
 
 
-def _snapshot(run_id: int, cursor: int | None) -> tuple[dict, int, list[dict]]:
+def _snapshot(run_id: int, cursor: int | None, shared: str | None = None) -> tuple[dict, int, list[dict]] | None:
+    """The run, the new cursor and the points after `cursor`; None once the share token the stream was opened with
+    (`shared`) no longer opens the run (revoked, expired)."""
     with get_sessionmaker()() as session:
+        if shared is not None and share.verify(session, shared) is None:
+            return None
         run = RunOut.model_validate(get_run(session, run_id)).model_dump(mode="json")
         if cursor is None:  # the stream starts now; history comes from the chart query
             # the newest id of any run: an index end point, and every later point of this run is above it
@@ -141,25 +147,33 @@ def _snapshot(run_id: int, cursor: int | None) -> tuple[dict, int, list[dict]]:
 
 
 @router.get("/stream")
-async def stream(run_id: RowId, request: Request, session: SessionDep, _: Reader) -> EventSourceResponse:
-    """Server-Sent Events: `state` (the run, first and on every change) and `metrics` (new points)."""
+async def stream(run_id: RowId, request: Request, session: SessionDep, by: RunReader) -> EventSourceResponse:
+    """Server-Sent Events: `state` (the run, first and on every change) and `metrics` (new points). A stream opened
+    with a share link's token ends when the link is revoked or expires."""
     get_run(session, run_id)
     session.close()
+    shared = share.shared_token(request) if by.run_id is not None else None
 
     async def events():
         with SSE_CLIENTS.track_inprogress():  # counted while the generator runs (a disconnect closes it)
-            async for event in _events(run_id, request):
+            async for event in _events(run_id, request, shared):
                 yield event
 
     return EventSourceResponse(events(), ping=15)
 
 
-async def _events(run_id: int, request: Request):
-    run, cursor, _ = await run_in_threadpool(_snapshot, run_id, None)
+async def _events(run_id: int, request: Request, shared: str | None):
+    first = await run_in_threadpool(_snapshot, run_id, None, shared)
+    if first is None:
+        return
+    run, cursor, _ = first
     last_sent = run
     yield {"event": "state", "data": json.dumps(run)}
     while not await request.is_disconnected():
-        run, cursor, points = await run_in_threadpool(_snapshot, run_id, cursor)
+        got = await run_in_threadpool(_snapshot, run_id, cursor, shared)
+        if got is None:
+            return
+        run, cursor, points = got
         if points:
             yield {"event": "metrics", "data": json.dumps({"points": points})}
         if {k: v for k, v in run.items() if k != "heartbeat_at"} != \

@@ -1,7 +1,7 @@
-"""HTTP: runs — submit from a plan, approve, cancel, list, read, log tail."""
+"""HTTP: runs — submit from a plan, approve, cancel, list, read, log tail, share links (backend/runs/share.py)."""
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Path, Query
+from fastapi import APIRouter, Header, Path, Query, Request
 from fastapi.responses import PlainTextResponse, StreamingResponse
 from pydantic import ValidationError
 
@@ -10,8 +10,21 @@ from backend.api.deps import RowId, SessionDep
 from backend.auth.deps import Approver, Reader, Submitter
 from backend.core.queue import plan_gpu_name
 from backend.inputs.checkpoint_tar import checkpoint_dir, tar_stream
-from backend.runs import service
-from backend.runs.schemas import CheckpointOut, EventOut, LogOut, RetryIn, RunCreate, RunLabels, RunOut
+from backend.runs import service, share
+from backend.runs.schemas import (
+    CheckpointOut,
+    EventOut,
+    LogOut,
+    RetryIn,
+    RunCreate,
+    RunLabels,
+    RunOut,
+    ShareIn,
+    ShareListed,
+    ShareOut,
+    SharesRevoked,
+)
+from backend.runs.share import RunReader
 from backend.runs.states import RunState
 from backend.workers import service as workers
 from plan.results import Fix
@@ -44,8 +57,35 @@ def label_run(run_id: RowId, body: RunLabels, session: SessionDep, user: Submitt
 
 
 @router.get("/{run_id}")
-def get_run(run_id: RowId, session: SessionDep, _: Reader) -> RunOut:
+def get_run(run_id: RowId, session: SessionDep, _: RunReader) -> RunOut:
+    """The run; a share link of this run reads it too (backend/runs/share.py)."""
     return RunOut.model_validate(service.get_run(session, run_id))
+
+
+@router.post("/{run_id}/share", status_code=201)
+def share_run(run_id: RowId, session: SessionDep, user: Submitter, request: Request,
+              body: ShareIn | None = None) -> ShareOut:
+    """A view-only link to the run's page that needs no sign-in: it reads this run only (its plan, state, alerts,
+    outcome, timeline and metrics), never another run, a list, a log or a checkpoint, and acts on nothing. The run's
+    submitter, an approver or an admin creates it (403 otherwise); the token is shown once."""
+    service.require_owner(service.get_run(session, run_id), user, "share")
+    row, token = share.create(session, run_id, user, body.days if body else share.DEFAULT_DAYS)
+    url = f"{request.base_url}#/runs/{run_id}?{share.QUERY}={token}"
+    return ShareOut.model_validate({**ShareListed.model_validate(row).model_dump(), "url": url, "token": token})
+
+
+@router.get("/{run_id}/share")
+def run_shares(run_id: RowId, session: SessionDep, user: Submitter) -> list[ShareListed]:
+    """The run's live share links (not revoked, not expired), to whoever may create them."""
+    service.require_owner(service.get_run(session, run_id), user, "list the share links of")
+    return [ShareListed.model_validate(r) for r in share.live(session, run_id)]
+
+
+@router.delete("/{run_id}/share")
+def unshare_run(run_id: RowId, session: SessionDep, user: Submitter) -> SharesRevoked:
+    """Revoke every live share link of the run: from the next request on, they open nothing."""
+    service.require_owner(service.get_run(session, run_id), user, "revoke the share links of")
+    return SharesRevoked(revoked=share.revoke(session, run_id))
 
 
 @router.post("/{run_id}/approve")
@@ -100,7 +140,7 @@ def download_log(run_id: RowId, session: SessionDep, _: Reader, rank: LogRank = 
 
 
 @router.get("/{run_id}/events")
-def run_events(run_id: RowId, session: SessionDep, _: Reader) -> list[EventOut]:
+def run_events(run_id: RowId, session: SessionDep, _: RunReader) -> list[EventOut]:
     """The run's timeline, oldest first: submitted, approved, attempts started and ended, alerts."""
     return [EventOut(**e) for e in service.events(service.get_run(session, run_id))]
 

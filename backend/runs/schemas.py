@@ -162,3 +162,33 @@ class CheckpointOut(BaseModel):
 class LogOut(BaseModel):
     lines: list[str]
     ranks: int = Field(1, description="the run's ranks: `rank` takes 0 .. ranks-1")
+
+
+class ShareIn(BaseModel):
+    """POST /api/runs/{id}/share: how long the link opens the run."""
+
+    model_config = ConfigDict(extra="forbid")
+    days: int = Field(30, ge=1, le=365, description="The link opens the run for this many days")
+
+
+class ShareListed(BaseModel):
+    """A live share link of a run (the token itself is not kept: only its start, to tell links apart)."""
+
+    model_config = ConfigDict(from_attributes=True)
+    id: int
+    prefix: str
+    created_by: int | None
+    created_at: datetime
+    expires_at: datetime
+
+
+class ShareOut(ShareListed):
+    """A new share link: `url` opens the run's page read-only, for anyone who has it, signed in or not; `token` is
+    shown this once (only its SHA-256 is stored)."""
+
+    url: str
+    token: str
+
+
+class SharesRevoked(BaseModel):
+    revoked: int = Field(description="How many live share links of the run were revoked")

@@ -2,6 +2,7 @@ import { useMutation } from "@tanstack/react-query";
 import { client, unwrap } from "./lib/api";
 import { AuthProvider, useAuth } from "./lib/auth";
 import { navigate, useRoute } from "./lib/route";
+import { SHARE_PARAM } from "./lib/share";
 import { CalibrationPage } from "./pages/Calibration";
 import { WorkersPage } from "./pages/Workers";
 import { Compare } from "./pages/Compare";
@@ -35,9 +36,9 @@ function Who() {
   );
 }
 
-function SignInBanner({ page }: { page: string }) {
+function SignInBanner({ page, shared }: { page: string; shared: boolean }) {
   const { identity, unauthorized } = useAuth();
-  if (page === "signin" || identity || !(unauthorized || identity === null)) return null;
+  if (shared || page === "signin" || identity || !(unauthorized || identity === null)) return null;
   const here = window.location.hash.replace(/^#/, "") || "/planner";
   return (
     <div className="card warn" data-testid="signin-banner">
@@ -50,6 +51,8 @@ function SignInBanner({ page }: { page: string }) {
 function Shell() {
   const route = useRoute();
   const [page, arg] = route.path;
+  // a run's share link (lib/share.ts): that run's page alone, read-only, for someone who may have no account
+  const shared = page === "runs" && Boolean(arg) && Boolean(route.query.get(SHARE_PARAM));
   let body;
   if (page === "signin") body = <SignIn query={route.query} />;
   else if (page === "runs" && arg && /^\d+$/.test(arg)) body = <RunPage key={arg} id={Number(arg)} />;
@@ -65,19 +68,21 @@ function Shell() {
   return (
     <div className="app">
       <header className="topbar">
-        <a className="brand" href="#/planner">Ulysses Lab</a>
-        <nav>
-          <a href="#/planner" className={active === "planner" ? "active" : ""} data-testid="nav-planner">Planner</a>
-          <a href="#/plans" className={active === "plans" ? "active" : ""} data-testid="nav-plans">Plans</a>
-          <a href="#/runs" className={active === "runs" ? "active" : ""} data-testid="nav-runs">Runs</a>
-          <a href="#/compare" className={active === "compare" ? "active" : ""} data-testid="nav-compare">Compare</a>
-          <a href="#/calibration" className={active === "calibration" ? "active" : ""} data-testid="nav-calibration">Calibration</a>
-          <a href="#/workers" className={active === "workers" ? "active" : ""} data-testid="nav-workers">Workers</a>
-        </nav>
-        <Who />
+        <a className="brand" href={shared ? undefined : "#/planner"}>Ulysses Lab</a>
+        {shared ? <span className="muted" data-testid="shared-banner">a run shared with you, view only</span> : (<>
+          <nav>
+            <a href="#/planner" className={active === "planner" ? "active" : ""} data-testid="nav-planner">Planner</a>
+            <a href="#/plans" className={active === "plans" ? "active" : ""} data-testid="nav-plans">Plans</a>
+            <a href="#/runs" className={active === "runs" ? "active" : ""} data-testid="nav-runs">Runs</a>
+            <a href="#/compare" className={active === "compare" ? "active" : ""} data-testid="nav-compare">Compare</a>
+            <a href="#/calibration" className={active === "calibration" ? "active" : ""} data-testid="nav-calibration">Calibration</a>
+            <a href="#/workers" className={active === "workers" ? "active" : ""} data-testid="nav-workers">Workers</a>
+          </nav>
+          <Who />
+        </>)}
       </header>
       <main>
-        <SignInBanner page={page ?? ""} />
+        <SignInBanner page={page ?? ""} shared={shared} />
         {body}
       </main>
     </div>

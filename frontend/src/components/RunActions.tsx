@@ -88,8 +88,8 @@ export function StateBadge({ run, testid }: { run: Run; testid?: string }) {
         {run.cancel_requested && !isTerminal(run.state) ? " (cancel requested)" : ""}
       </span>
       {open.length ? (
-        <span className="badge warn" data-testid={testid ? `${testid}-alert` : undefined} title={open.map((a) => a.message).join("\n")}>
-          {" "}alert: {open.map((a) => `${a.kind.replace(/_/g, " ")} at step ${a.step}`).join(", ")}
+        <span className="badge warn state-alert" data-testid={testid ? `${testid}-alert` : undefined} title={open.map((a) => a.message).join("\n")}>
+          alert: {open.map((a) => `${a.kind.replace(/_/g, " ")} at step ${a.step}`).join(", ")}
         </span>
       ) : null}
     </>

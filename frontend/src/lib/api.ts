@@ -5,6 +5,7 @@
 
 import createClient, { type Middleware } from "openapi-fetch";
 import type { components, paths } from "./schema";
+import { shareAuth } from "./share";
 
 type Schemas = components["schemas"];
 
@@ -88,7 +89,7 @@ const signInOffer: Middleware = {
 
 /** The typed client: every path, parameter and body is checked against the generated schema. */
 export const client = createClient<paths>({ baseUrl: "" });
-client.use(signInOffer);
+client.use(signInOffer, shareAuth);
 
 type Answer<T> = { data?: T; error?: unknown; response: Response };
 

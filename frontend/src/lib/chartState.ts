@@ -119,12 +119,18 @@ export function readViewOnly(): boolean {
   return query().get("view") === "1";
 }
 
-/** The link to this view with "view=1": whoever opens it sees the same charts, with no action on the run. */
-export function viewOnlyUrl(): string {
+/** The link to this view with the hash query's `set` entries set and its `drop` ones left out. */
+export function viewUrl(set: Record<string, string>, drop: string[] = []): string {
   const [path, rest] = window.location.href.split("?");
   const q = new URLSearchParams(rest ?? "");
-  q.set("view", "1");
+  for (const key of drop) q.delete(key);
+  for (const [key, value] of Object.entries(set)) q.set(key, value);
   return `${path}?${q.toString()}`;
+}
+
+/** The link to this view with "view=1": whoever opens it sees the same charts, with no action on the run. */
+export function viewOnlyUrl(): string {
+  return viewUrl({ view: "1" });
 }
 
 /** The runs list's filter on plan fields and final metrics ("where=training.seq_len>=64K, final_loss<4.5"). */

@@ -1,5 +1,6 @@
 import type { Run } from "../../lib/api";
 import { fmtGiB, fmtTime } from "../../lib/format";
+import { withShare } from "../../lib/share";
 import { isFailure } from "../../lib/states";
 
 /** Why a broken run ended (failed, out of memory, worker lost); nothing for any other state. */
@@ -42,8 +43,8 @@ export function MetricsExport({ run }: { run: Run }) {
   return (
     <div className="buttons" data-testid="metrics-export">
       <span className="muted small">every stored point (step, rank, name, value, wall time):</span>
-      <a className="button" href={`/api/runs/${run.id}/metrics.csv`} download data-testid="download-metrics-csv">Download CSV</a>
-      <a className="button" href={`/api/runs/${run.id}/metrics.parquet`} download data-testid="download-metrics-parquet">Download Parquet</a>
+      <a className="button" href={withShare(`/api/runs/${run.id}/metrics.csv`)} download data-testid="download-metrics-csv">Download CSV</a>
+      <a className="button" href={withShare(`/api/runs/${run.id}/metrics.parquet`)} download data-testid="download-metrics-parquet">Download Parquet</a>
     </div>
   );
 }

@@ -39,8 +39,9 @@ function modelName(run: Run): string {
   return c ? `custom (${c.num_hidden_layers ?? "?"}L, h${c.hidden_size ?? "?"})` : "–";
 }
 
-export function Header({ run, live, lastPointAt, onChange, store, viewOnly = false }: {
+export function Header({ run, live, lastPointAt, onChange, store, viewOnly = false, shared = false }: {
   run: Run; live: string; lastPointAt: number | null; onChange: (r: Run) => void; store: Store; viewOnly?: boolean;
+  shared?: boolean;  // opened by a share link: no planner either (it needs a sign-in)
 }) {
   const [now, setNow] = useState(() => Date.now());  // "last point Ns ago" counts on every second
   useEffect(() => {
@@ -67,10 +68,12 @@ export function Header({ run, live, lastPointAt, onChange, store, viewOnly = fal
           </ul>
         ) : null}
         <span className="actions">
-          <button type="button" data-testid="open-in-planner" title="load this run's plan and run settings into the planner"
-            onClick={() => { sessionStorage.setItem(LOAD_KEY, JSON.stringify(run.spec)); navigate("/planner"); }}>
-            Open in planner
-          </button>
+          {shared ? null : (
+            <button type="button" data-testid="open-in-planner" title="load this run's plan and run settings into the planner"
+              onClick={() => { sessionStorage.setItem(LOAD_KEY, JSON.stringify(run.spec)); navigate("/planner"); }}>
+              Open in planner
+            </button>
+          )}
           {viewOnly ? null : <RunActions run={run} onChange={onChange} />}
         </span>
       </div>

@@ -168,7 +168,7 @@ export function RunCharts({ run, store, zoom, setZoom }: Props) {
           <input type="checkbox" checked={logY} data-testid="log-y" onChange={(e) => setLogY(e.target.checked)} />
           log y
         </label>
-        <ShareLink />
+        <ShareLink run={run} />
       </div>
       <OverlayChart store={store} view={view} />
       <StepBreakdown run={run} store={store} onZoom={onZoom} onZoomReset={onZoomReset} />

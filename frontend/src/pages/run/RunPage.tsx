@@ -1,5 +1,6 @@
 import { useState } from "react";
 import { readViewOnly } from "../../lib/chartState";
+import { readShareToken } from "../../lib/share";
 import { Checkpoints } from "./Checkpoints";
 import { Attempts, ErrorPanel, MetricsExport } from "./Failure";
 import { Header } from "./Header";
@@ -14,14 +15,20 @@ import { useRunData } from "./useRunData";
  * useRunData: its query, kept current by the stream). */
 export function RunPage({ id }: { id: number }) {
   const { run, setRun, error, historyError, store, live, zoom, setZoom, lastPointAt } = useRunData(id);
-  const [viewOnly] = useState(readViewOnly);  // a view-only link: the run and its charts, no button that changes it
+  // a share link (lib/share.ts) opens the page for someone who may have no account: its token reads the run, its
+  // timeline and metrics, nothing else (no log, no checkpoint, no planner)
+  const [shared] = useState(() => readShareToken() !== null);
+  const [viewOnly] = useState(() => shared || readViewOnly());  // the run and its charts, no button that changes it
   if (error && !run) return <div className="card error" data-testid="run-load-error">Run {id}: {error}</div>;
   if (!run) return <div className="muted">loading run {id}…</div>;
   return (
     <div className="run-page" data-testid="run-page" data-run-id={run.id}>
-      {viewOnly ? <div className="card muted" data-testid="view-only">A view-only link: this page shows the run and its
+      {shared ? <div className="card muted" data-testid="shared-view">A shared view-only link: this page shows the run,
+        its alerts and its charts, and nothing on it changes the run.</div>
+        : viewOnly ? <div className="card muted" data-testid="view-only">A view-only link: this page shows the run and its
         charts as they were shared; <a href={`#/runs/${run.id}`}>open the full page</a> to act on the run.</div> : null}
-      <Header run={run} live={live} lastPointAt={lastPointAt} onChange={setRun} store={store} viewOnly={viewOnly} />
+      <Header run={run} live={live} lastPointAt={lastPointAt} onChange={setRun} store={store} viewOnly={viewOnly}
+        shared={shared} />
       {viewOnly ? null : <Labels key={run.id} run={run} onChange={setRun} />}
       <Timeline run={run} />
       {viewOnly ? null : <Checkpoints run={run} onChange={setRun} />}
@@ -31,7 +38,7 @@ export function RunPage({ id }: { id: number }) {
       <MetricsExport run={run} />
       {historyError ? <div className="card field-error" data-testid="metrics-error">Metrics: {historyError}</div> : null}
       <RunCharts run={run} store={store} zoom={zoom} setZoom={setZoom} />
-      <LogView run={run} />
+      {shared ? null : <LogView run={run} />}
       <details className="card">
         <summary>Spec (plan + run)</summary>
         <pre className="export" data-testid="run-spec">{JSON.stringify(run.spec, null, 2)}</pre>

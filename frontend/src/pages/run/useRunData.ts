@@ -3,6 +3,7 @@ import { useEffect, useRef, useState } from "react";
 import { readZoom } from "../../lib/chartState";
 import { ApiError, client, unwrap, unwrapRun, type MetricQuery, type Run, type StreamPoint } from "../../lib/api";
 import { putRun, queryClient } from "../../lib/query";
+import { withShare } from "../../lib/share";
 import { isTerminal } from "../../lib/states";
 
 /** name -> rank -> step -> value */
@@ -94,7 +95,7 @@ export function useRunData(id: number) {
   useEffect(() => {
     if (fatal) return;
     store.current = new Map();
-    const es = new EventSource(`/api/runs/${id}/stream`);
+    const es = new EventSource(withShare(`/api/runs/${id}/stream`));
     es.onopen = () => setLive("open");
     es.addEventListener("state", (ev) => {
       try {
