@@ -3,6 +3,7 @@ import uPlot from "uplot";
 import "uplot/dist/uPlot.min.css";
 import { hiddenSeries, saveSeriesShown } from "../lib/chartState";
 import { fmtGiB, fmtGiBTick, fmtTick, fmtValue } from "../lib/format";
+import { axisSize } from "../lib/axisSize";
 import { resolveColor, useColorScheme } from "../lib/theme";
 import { zoomKey } from "./chartKeys";
 
@@ -92,7 +93,16 @@ export function Chart({ testid, title, x, lines, height = 220, xLabel = "step", 
         {
           ...axis,
           label: yLabel,
-          size: 64,
+          // as wide as its widest tick label in the axis font (measured on the chart's own canvas)
+          size: (u, values, axisIdx) => {
+            const a = u.axes[axisIdx];
+            const font = (Array.isArray(a.font) ? a.font[0] : a.font) ?? "12px sans-serif";
+            const measure = (text: string, f: string) => {
+              u.ctx.font = f;
+              return u.ctx.measureText(text).width / (window.devicePixelRatio || 1);
+            };
+            return axisSize(values, String(font), measure, a.ticks?.size ?? 10, a.gap ?? 5);
+          },
           values: (_u, vals) => {
             const span = vals.length > 1 ? Math.abs(vals[1] - vals[0]) : 0;
             const max = Math.max(...vals.filter((v) => v != null).map(Math.abs));
