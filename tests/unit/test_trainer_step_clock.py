@@ -1,5 +1,6 @@
-"""The timed step (the metrics record's step_time_s) runs from the Trainer's step begin to its step end: what runs
-between two steps (a checkpoint save, the states gather, an evaluation) is in neither. A stand-in clock, no sleeps."""
+"""The timed step (the metrics record's step_time_s, and each rank's cpu_time_s) runs from the Trainer's step begin to
+its step end: what runs between two steps (a checkpoint save, the states gather, an evaluation) is in neither. A
+stand-in clock, no sleeps."""
 from __future__ import annotations
 
 import json
@@ -14,6 +15,10 @@ from worker.trainer.metrics import MemoryMeter, MetricsWriter
 class Clock:
     def __init__(self) -> None:
         self.now = 100.0
+        self.cpu = 7.0  # this process's CPU seconds (every thread)
+
+    def process_time(self) -> float:
+        return self.cpu
 
     def perf_counter(self) -> float:
         return self.now
@@ -44,10 +49,13 @@ def test_a_checkpoint_save_between_steps_is_not_in_the_next_steps_time(monkeypat
     for step in (1, 2):
         cb.on_step_begin(None, state, control)
         clock.now += 2.0  # the step's forward, backward and optimizer step
+        clock.cpu += 1.5  # its CPU seconds: the rest it waited (for the other ranks, or for a core)
         state.global_step = step
         cb.on_step_end(None, state, control)
         assert control.should_save  # checkpoint_every 1: the Trainer saves now, after on_step_end
         clock.now += 30.0  # the save (and the states gather after step 1)
+        clock.cpu += 20.0
     writer.close()
-    times = [json.loads(line)["step_time_s"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert times == [2.0, 2.0], times
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step_time_s"] for r in records] == [2.0, 2.0], records
+    assert [r["cpu_time_s"] for r in records] == [[1.5], [1.5]], records  # one figure per rank

@@ -12,8 +12,8 @@ from worker.trainer.phases import PHASES
 from worker.trainer.step_record import SCALARS, RankStep, gathered
 from worker.trainer.system import NAMES as SYSTEM_NAMES
 
-RANK0 = RankStep(loss_part=0.25, tokens=64.0, stop=0.0, step_time_s=1.5, peak_allocated=1e9, peak_reserved=2e9,
-                 peak_activations=3e8, target_tokens=100.0, phases=(0.1, 0.2, 0.3),
+RANK0 = RankStep(loss_part=0.25, tokens=64.0, stop=0.0, step_time_s=1.5, cpu_time_s=1.25, peak_allocated=1e9,
+                 peak_reserved=2e9, peak_activations=3e8, target_tokens=100.0, phases=(0.1, 0.2, 0.3),
                  system=tuple(float(i) for i in range(len(SYSTEM_NAMES))))
 
 

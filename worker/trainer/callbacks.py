@@ -114,11 +114,11 @@ class StepMetricsCallback(TrainerCallback):
     def on_step_end(self, args, state, control, **kw):
         t_enter = time.perf_counter()
         phases = self.trainer.take_step_phases()  # CUDA: waits for the step's last timing event
-        step_time = self.clock.elapsed()
+        step_time, cpu_time = self.clock.elapsed(), self.clock.cpu()
         mem = self.memory.end_step()
         loss_part, tokens = self.trainer.take_step_figures()
         mine = RankStep(loss_part=loss_part, tokens=tokens, stop=1.0 if STOP["requested"] else 0.0,
-                        step_time_s=step_time, peak_allocated=_num(mem["allocated"]),
+                        step_time_s=step_time, cpu_time_s=cpu_time, peak_allocated=_num(mem["allocated"]),
                         peak_reserved=_num(mem["reserved"]), peak_activations=_num(mem["activations"]),
                         target_tokens=self.trainer.step_targets, phases=tuple(phases[k] for k in PHASES),
                         system=tuple(self.system.sample()))
@@ -159,6 +159,9 @@ class StepMetricsCallback(TrainerCallback):
             "tokens_per_s": tps,
             "tokens_per_s_per_gpu": tps / self.world if tps is not None else None,
             "step_time_s": step_time,
+            # each rank's CPU seconds in the step (all its threads): below step_time_s where it waited for the other
+            # ranks or, on a shared host, for a core
+            "cpu_time_s": [round(r.cpu_time_s, 4) for r in ranks],
             "tflops_per_gpu": tflops,
             # MFU = achieved model FLOPs per second per device / peak dense FLOPs of that device, with the model
             # FLOPs per token the planner counts (metrics.flops_per_token: 6N plus causal attention, no recompute)

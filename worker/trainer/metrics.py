@@ -219,11 +219,18 @@ def _finite(v):
 
 
 class StepClock:
+    """Wall seconds (perf_counter) and this process's CPU seconds (every thread: `time.process_time`) since `start`.
+    CPU seconds well below the wall seconds say that the rank waited: for the other ranks in a collective, or for a
+    core a shared host gave to other processes (bench/peer_alst.py compares two stacks by both)."""
+
     def __init__(self):
-        self.t0 = time.perf_counter()
+        self.start()
 
     def start(self) -> None:
-        self.t0 = time.perf_counter()
+        self.t0, self.c0 = time.perf_counter(), time.process_time()
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0
+
+    def cpu(self) -> float:
+        return time.process_time() - self.c0

@@ -23,6 +23,7 @@ from .evaluate import passkey, position_loss
 from .metrics import MemoryMeter, peak_tflops
 from .modeling import TiledLossHead, build_model, enable_tiled_mlp
 from .phases import FirstStepEnd
+from .step_profile import StepProfile, profile_step
 from .stop_rules import Guard
 
 # bench/gpu_check.py's switch (not for runs of the service): leave out the last stage's model save (GBs a row, read
@@ -171,6 +172,9 @@ def build(spec, run_dir: Path, stage_index: int, *, resume_from: Path | None, st
                   trainer, model, cb, eval_rows, device)
     if eval_rows is not None and spec.run.eval_every:
         cb.evaluate_every = (spec.run.eval_every, built.evaluate_positions)
+    profiled = profile_step()
+    if profiled is not None:  # bench/peer_alst.py --profile-step: before cb, so the metrics gather is not in it
+        trainer.add_callback(StepProfile(profiled, run_dir, rank))
     if os.environ.get("ULAB_TRAINER_BARE") != "1":  # bench/trainer_overhead.py measures the loop without it
         trainer.add_callback(cb)
         if guard is not None:  # after cb: it reads the step's gathered loss from it

@@ -18,6 +18,7 @@ class RankStep:
     tokens: float  # the tokens this rank trained on
     stop: float  # 1.0 when this rank was asked to stop (SIGTERM), else 0.0
     step_time_s: float
+    cpu_time_s: float  # this process's CPU seconds in the step (every thread; metrics.StepClock)
     peak_allocated: float  # bytes; NaN where this step measured none (metrics.MemoryMeter)
     peak_reserved: float
     peak_activations: float
