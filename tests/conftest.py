@@ -16,6 +16,9 @@ os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
 # DeepSpeed's CPU ops of this checkout, as `make test` builds them (Makefile: TORCH_EXTENSIONS_DIR)
 os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path(__file__).resolve().parents[1] / "var" / "torch_extensions"))
 
+# OpenMP's idle threads sleep in this process too (worker/__init__.py sets it for the worker's processes; its
+# import sets it here before anything imports torch): the suite's two test processes share the machine's cores.
+import worker  # noqa: F401
 from tests.e2e import browser
 from tests.services import Stack, postgres_database, redis_database
 from tests.tiny import submit, tiny_plan, wait_for, write_corpus
