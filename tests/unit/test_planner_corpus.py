@@ -98,3 +98,28 @@ def test_the_alst_table1_rows_read_the_allocator_as_their_stack_left_it():
     assert len(table1) == 10
     for i in table1:
         assert rows[i]["plan"]["training"]["expandable_segments"] is False, i
+
+
+README_REGIMES = {"Ulysses / ALST": "ulysses", "with offload": "offload", "ring attention": "ring",
+                  "packed documents": "packed"}
+
+
+def test_the_readme_accuracy_table_is_the_corpus_summary():
+    """The README's per-regime table (rows, within 15%, median error, range covers) is what
+    bench/planner_validation.py prints for the corpus as it is."""
+    from pathlib import Path
+
+    from bench.planner_validation import summary
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    table = {}
+    for line in readme.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 5 and cells[0] in README_REGIMES:
+            table[README_REGIMES[cells[0]]] = cells[1:]
+    assert set(table) == set(README_REGIMES.values()), table
+    for regime, cells in table.items():
+        s = summary([r for r in RESULTS.values() if r.row["regime"] == regime])
+        want = [str(s["rows"]), f"{s['within15']}/{s['n_err']}", f"{s['median'] * 100:.1f}%",
+                f"{s['covered']}/{s['n_cov']}"]
+        assert cells == want, (regime, cells, want)
