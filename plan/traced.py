@@ -199,8 +199,9 @@ def config_for_plan(spec):
     return hf_config(spec.model, None)
 
 
-def trace_peak_bytes(spec, cfg=None) -> dict:
-    """Run one micro batch of `spec` (one rank's shard) under FakeTensorMode; return peak bytes by category."""
+def trace_peak_bytes(spec, cfg=None, tracker=None) -> dict:
+    """Run one micro batch of `spec` (one rank's shard) under FakeTensorMode; return peak bytes by category.
+    `tracker` is the MemTracker (or a subclass, such as bench/allocator_replay.py's recorder) to trace with."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.mem_tracker import MemTracker
@@ -227,7 +228,7 @@ def trace_peak_bytes(spec, cfg=None) -> dict:
         ids = torch.randint(0, spec.model.vocab_size, (b, s))
         labels = torch.randint(0, spec.model.vocab_size, (b, s))
         pos = torch.arange(s).unsqueeze(0).expand(b, s)
-        tracker = MemTracker()
+        tracker = tracker if tracker is not None else MemTracker()
         tracker.track_external(model, ids, labels, pos)
         liger = liger_standins(model, spec.liger_fused_loss) if spec.liger_kernel else contextlib.nullcontext()
         offload = (_offloaded_checkpoints(model) if spec.checkpoint_offload and spec.activation_checkpointing

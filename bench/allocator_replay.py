@@ -1,0 +1,292 @@
+"""Replay of PyTorch's CUDA caching allocator over a step's recorded allocations: the reserved peak it predicts
+against the H100 rows' measured `max_memory_reserved` (expandable segments off) and the planner's allocator model.
+
+    .venv/bin/python bench/allocator_replay.py [--steps 3] [--rows suite-zero2,...]
+
+The allocation sequence: each H100 row's plan (the CSV's `plan` column) is traced by plan.traced.trace_peak_bytes
+(the real Hugging Face model under FakeTensorMode, one micro batch forward + backward, on CPU) with a recorder
+(`Recorder`, a MemTracker subclass): MemTracker already holds every storage through a weakref whose finalizer
+fires when the storage dies; the recorder appends ("alloc", id, bytes) when MemTracker adds a storage and
+("free", id) when its finalizer fires, in order, keeping no reference to any tensor. Parameters and buffers are
+left out of the replay: they are allocated once before the step, in their own segments (so is ZeRO's optimizer
+state). Parameter gradients are in the sequence, freed once accumulated (the trace drops each one as ZeRO's
+reduce-scatter does). For ZeRO-1/2 the optimizer step's fp32 gradient partition (plan.memory's `step_fp32_grads`,
+DeepSpeed stage_1_and_2.py flattens the partition's gradients to fp32 before the step) is allocated after the
+backward and freed after the step. The step is replayed `--steps` times into one allocator (its cache carries over
+from step to step, as in the run).
+
+Reading the table: the replay gives the step's transient allocated peak A and reserved peak R. The row's measured
+allocated peak less A is what the step did not trace (model states, ZeRO buffers): it is counted as allocated in
+its own exactly-sized segments, so the replayed reserved is measured allocated + (R - A), and the replayed ratio is
+that over the measured allocated. The planner's ratio is plan.memory.estimate_memory's reserved / allocated for the
+same plan, today's planner.
+
+The allocator's rules (torch 2.13 on this machine):
+- Constants, read in torch/include/c10/core/AllocatorConfig.h: kMinBlockSize = 512 (every request is rounded up to
+  a multiple of it), kSmallSize = 1 MiB (requests up to it use the small pool), kSmallBuffer = 2 MiB (a small-pool
+  segment), kMinLargeAlloc = 10 MiB (requests between 1 and 10 MiB get a kLargeBuffer = 20 MiB segment),
+  kRoundLarge = 2 MiB (larger requests get a segment rounded up to a multiple of it).
+- c10/cuda/CUDACachingAllocator.h (read here): the config's max_split_size (default unlimited: SIZE_MAX in
+  CUDAAllocatorConfig.h), expandable_segments (off unless PYTORCH_CUDA_ALLOC_CONF says so), the per-stream
+  segments (SegmentInfo.stream, is_small_pool).
+- CUDACachingAllocator.cpp is NOT on this machine (the wheel ships headers only); the algorithm below is as that
+  file implements it in torch 2.x, from its published source, not re-read here:
+  - round_size: max(kMinBlockSize, the size rounded up to kMinBlockSize) (roundup_power2_divisions off by default).
+  - get_pool: size <= kSmallSize -> small pool, else large pool; each pool's free blocks are ordered by
+    (stream, size, address) and get_free_block takes the first at or above (stream, size): the smallest cached
+    free block of the same pool and stream that fits, the lowest address among equals (best fit).
+  - get_allocation_size: <= kSmallSize -> kSmallBuffer; < kMinLargeAlloc -> kLargeBuffer; else rounded up to
+    kRoundLarge. No free block fits -> cudaMalloc of that size: a new segment.
+  - should_split: remaining = block size - request; small pool: remaining >= kMinBlockSize; large pool: remaining
+    > kSmallSize. The request takes the block's start, the remainder becomes a free block after it. Unsplit, the
+    whole block is handed out and counted as allocated (allocated_bytes counts block sizes, as
+    max_memory_allocated reports them).
+  - free_block: the block merges with its free neighbours in the segment (prev and next) and returns to its pool.
+  - a segment goes back to the driver only when it is wholly free and a cudaMalloc fails (release_cached_blocks)
+    or on empty_cache(): never within a step that does not run out of memory, so the replay releases nothing.
+    The H100 rows reserved at most 50 of 80 GiB.
+  - with max_split_size unlimited, every block may be split and served from (the oversize rules do not apply).
+- Left out: segment addresses (a new segment is given a higher address than every earlier one; cudaMalloc does not
+  promise that, and the order only breaks ties between equal-size free blocks), CUDA events of blocks used on
+  another stream (record_stream), ZeRO-3's gathers on their own stream (one stream is replayed), the CUDA-graph
+  private pools, and the optimizer step's kernels' temporaries.
+"""
+from __future__ import annotations
+
+import argparse
+import bisect
+import csv
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+GIB = 2 ** 30
+MIB = 2 ** 20
+# torch/include/c10/core/AllocatorConfig.h (torch 2.13)
+K_MIN_BLOCK_SIZE = 512
+K_SMALL_SIZE = 1 * MIB
+K_SMALL_BUFFER = 2 * MIB
+K_MIN_LARGE_ALLOC = 10 * MIB
+K_LARGE_BUFFER = 20 * MIB
+K_ROUND_LARGE = 2 * MIB
+
+H100_CSV = ROOT / "bench" / "results" / "gpu-nvidia-h100-80gb-hbm3-2026-11-27.csv"
+# Rows measured without expandable segments, first the ones the brief names; the ALST rows (parameter and
+# checkpoint offload, tiled loss) after them.
+DEFAULT_ROWS = ("suite-zero2", "suite-zero3", "suite-liger", "sweep-llama-1b-plain-16384",
+                "sweep-llama-1b-tiled-16384", "suite-alst", "suite-liger-alst", "sweep-llama-1b-alst-16384")
+
+
+def round_size(size: int) -> int:
+    if size < K_MIN_BLOCK_SIZE:
+        return K_MIN_BLOCK_SIZE
+    return K_MIN_BLOCK_SIZE * ((size + K_MIN_BLOCK_SIZE - 1) // K_MIN_BLOCK_SIZE)
+
+
+def allocation_size(size: int) -> int:
+    """cudaMalloc size of a new segment for a request of `size` (already rounded) bytes."""
+    if size <= K_SMALL_SIZE:
+        return K_SMALL_BUFFER
+    if size < K_MIN_LARGE_ALLOC:
+        return K_LARGE_BUFFER
+    return K_ROUND_LARGE * ((size + K_ROUND_LARGE - 1) // K_ROUND_LARGE)
+
+
+def is_small(size: int) -> bool:
+    return size <= K_SMALL_SIZE
+
+
+@dataclass(eq=False)
+class Block:
+    segment: int
+    offset: int
+    size: int
+    small: bool
+    stream: int
+    allocated: bool = False
+    prev: Block | None = field(default=None, repr=False)
+    next: Block | None = field(default=None, repr=False)
+
+    def key(self) -> tuple[int, int, int, int]:
+        return (self.stream, self.size, self.segment, self.offset)
+
+
+class CachingAllocator:
+    """The caching allocator's block bookkeeping (module docstring), without memory: sizes and addresses only."""
+
+    def __init__(self) -> None:
+        self.pools: dict[bool, list[tuple[tuple[int, int, int, int], Block]]] = {True: [], False: []}
+        self.segments: list[int] = []  # segment sizes, by segment id (creation order = address order)
+        self.allocated = 0
+        self.reserved = 0
+        self.peak_allocated = 0
+        self.peak_reserved = 0
+
+    def _insert(self, block: Block) -> None:
+        bisect.insort(self.pools[block.small], (block.key(), block), key=lambda e: e[0])
+
+    def _remove(self, block: Block) -> None:
+        pool = self.pools[block.small]
+        i = bisect.bisect_left(pool, block.key(), key=lambda e: e[0])
+        assert pool[i][1] is block
+        del pool[i]
+
+    def _best_fit(self, size: int, small: bool, stream: int) -> Block | None:
+        pool = self.pools[small]
+        i = bisect.bisect_left(pool, (stream, size, -1, -1), key=lambda e: e[0])
+        if i < len(pool) and pool[i][1].stream == stream:
+            return pool[i][1]
+        return None
+
+    def malloc(self, nbytes: int, stream: int = 0) -> Block:
+        size = round_size(nbytes)
+        small = is_small(size)
+        block = self._best_fit(size, small, stream)
+        if block is not None:
+            self._remove(block)
+        else:
+            seg = allocation_size(size)
+            block = Block(len(self.segments), 0, seg, small, stream)
+            self.segments.append(seg)
+            self.reserved += seg
+            self.peak_reserved = max(self.peak_reserved, self.reserved)
+        remaining = block.size - size
+        if remaining >= K_MIN_BLOCK_SIZE if small else remaining > K_SMALL_SIZE:
+            rest = Block(block.segment, block.offset + size, remaining, small, stream, prev=block, next=block.next)
+            if block.next is not None:
+                block.next.prev = rest
+            block.next = rest
+            block.size = size
+            self._insert(rest)
+        block.allocated = True
+        self.allocated += block.size
+        self.peak_allocated = max(self.peak_allocated, self.allocated)
+        return block
+
+    def free(self, block: Block) -> None:
+        assert block.allocated
+        block.allocated = False
+        self.allocated -= block.size
+        for neighbour in (block.prev, block.next):
+            if neighbour is None or neighbour.allocated:
+                continue
+            self._remove(neighbour)
+            if neighbour is block.prev:
+                block.offset, block.prev = neighbour.offset, neighbour.prev
+                if neighbour.prev is not None:
+                    neighbour.prev.next = block
+            else:
+                block.next = neighbour.next
+                if neighbour.next is not None:
+                    neighbour.next.prev = block
+            block.size += neighbour.size
+        self._insert(block)
+
+
+Event = tuple[str, int, int]  # ("alloc", id, bytes) / ("free", id, 0)
+
+
+def replay(events: list[Event], steps: int = 1) -> CachingAllocator:
+    """Replay an allocation sequence `steps` times into one allocator; storages still live at the end of a pass
+    (none, for a whole step) are freed before the next one."""
+    alloc = CachingAllocator()
+    for _ in range(steps):
+        live: dict[int, Block] = {}
+        for kind, key, nbytes in events:
+            if kind == "alloc":
+                live[key] = alloc.malloc(nbytes)
+            elif key in live:
+                alloc.free(live.pop(key))
+        for block in live.values():
+            alloc.free(block)
+    return alloc
+
+
+def recorder():
+    """A MemTracker that also logs, in order, each tracked storage's allocation and its finalization."""
+    from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType, _UpdateType
+
+    class Recorder(MemTracker):
+        def __init__(self) -> None:
+            super().__init__()
+            self.events: list[Event] = []
+            self._ids: dict[int, int] = {}  # id(winfo) -> event id, while the storage lives
+
+        def _update_snap(self, u_type, winfo, old_mem_consumed=None, old_reftype=None) -> None:
+            super()._update_snap(u_type, winfo, old_mem_consumed, old_reftype)
+            if u_type == _UpdateType.ADD and winfo.reftype not in (_MemRefType.PARAM, _MemRefType.BUFFER):
+                self._ids[id(winfo)] = len(self.events)
+                self.events.append(("alloc", len(self.events), winfo.mem_consumed))
+            elif u_type == _UpdateType.DEL and id(winfo) in self._ids:
+                self.events.append(("free", self._ids.pop(id(winfo)), 0))
+            elif u_type == _UpdateType.SIZE and id(winfo) in self._ids:  # resize_: a new allocation
+                self.events.append(("free", self._ids.pop(id(winfo)), 0))
+                self._ids[id(winfo)] = len(self.events)
+                self.events.append(("alloc", len(self.events), winfo.mem_consumed))
+
+    return Recorder()
+
+
+def step_events(plan: dict) -> tuple[list[Event], object]:
+    """The recorded allocation sequence of one step of `plan`, and its spec."""
+    from plan.memory import state_terms
+    from plan.traced import config_for_plan, trace_peak_bytes
+    from plan.validation import validate
+
+    spec = validate(plan).spec
+    assert spec is not None, plan
+    rec = recorder()
+    trace_peak_bytes(spec, config_for_plan(spec), tracker=rec)
+    events = list(rec.events)
+    step = int(state_terms(spec)["step_fp32_grads"])
+    if step:  # ZeRO-1/2: the fp32 gradient partition of the optimizer step
+        events += [("alloc", len(events), step), ("free", len(events), 0)]
+    return events, spec
+
+
+def h100_rows(names: tuple[str, ...]) -> list[dict]:
+    with open(H100_CSV) as f:
+        rows = {r["name"]: r for r in csv.DictReader(f)}
+    return [rows[n] for n in names if n in rows and float(rows[n]["measured_allocated_gib"] or 0) > 0]
+
+
+def compare(row: dict, steps: int) -> dict:
+    from plan.memory import estimate_memory
+
+    plan = json.loads(row["plan"])
+    events, spec = step_events(plan)
+    alloc = replay(events, steps)
+    first = replay(events, 1)
+    measured_a = float(row["measured_allocated_gib"]) * GIB
+    measured_r = float(row["measured_reserved_gib"]) * GIB
+    mem = estimate_memory(spec)
+    gap = alloc.peak_reserved - alloc.peak_allocated
+    return {"row": row["name"], "allocated": measured_a / GIB, "reserved": measured_r / GIB,
+            "measured_ratio": measured_r / measured_a, "replay_a": alloc.peak_allocated / GIB,
+            "replay_gap": gap / GIB, "replay_gap_1": (first.peak_reserved - first.peak_allocated) / GIB,
+            "replayed_ratio": (measured_a + gap) / measured_a, "planner_ratio": mem["reserved"] / mem["allocated"],
+            "planner_gap": mem["stranded"] / GIB, "segments": len(alloc.segments)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=3, help="steps replayed into one allocator")
+    ap.add_argument("--rows", default=",".join(DEFAULT_ROWS), help="H100 rows (the CSV's `name`)")
+    args = ap.parse_args()
+    print(f"caching allocator replay, {args.steps} steps, against {H100_CSV.name} (expandable segments off)")
+    print("GiB; gap = reserved - allocated; replay A = the step's traced transient allocated peak")
+    print(f"{'row':34} {'alloc':>7} {'reserved':>8} {'meas gap':>8} {'meas ratio':>10} {'replay A':>8} "
+          f"{'gap 1 step':>10} {'replay gap':>10} {'replay ratio':>12} {'planner gap':>11} {'planner ratio':>13}")
+    for row in h100_rows(tuple(args.rows.split(","))):
+        r = compare(row, args.steps)
+        print(f"{r['row']:34} {r['allocated']:7.2f} {r['reserved']:8.2f} {r['reserved'] - r['allocated']:8.2f} "
+              f"{r['measured_ratio']:10.3f} {r['replay_a']:8.2f} {r['replay_gap_1']:10.2f} {r['replay_gap']:10.2f} "
+              f"{r['replayed_ratio']:12.3f} {r['planner_gap']:11.2f} {r['planner_ratio']:13.3f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
