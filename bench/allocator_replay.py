@@ -231,6 +231,30 @@ def recorder():
     return Recorder()
 
 
+def trainer_loss_head(spec):
+    """The trainer's tiled logits loss (worker/trainer/modeling.py TiledLossHead: DeepSpeed's TiledFusedLogitsLoss
+    for ZeRO 0-2, sequence_tiled_compute for ZeRO-3), installed on the traced model. The head it calls per shard is
+    the lm_head's weight applied functionally: MemTracker's module hooks cannot follow the no-grad shard forwards
+    (as plan/traced.py runs TiledMLP's shards)."""
+    def install(model, labels) -> None:
+        import torch.nn.functional as F
+
+        from worker.trainer.modeling import TiledLossHead
+
+        lm_head = model.get_output_embeddings()
+
+        class Head:
+            weight, out_features = lm_head.weight, lm_head.out_features
+
+            def __call__(self, x):
+                return F.linear(x, self.weight)
+
+        wrapper = TiledLossHead(Head(), spec.zero_stage, spec.upcast_logits)  # type: ignore[arg-type]
+        wrapper.labels = labels
+        model.set_output_embeddings(wrapper)
+    return install
+
+
 def step_events(plan: dict) -> tuple[list[Event], object]:
     """The recorded allocation sequence of one step of `plan`, and its spec."""
     from plan.memory import state_terms
@@ -240,7 +264,8 @@ def step_events(plan: dict) -> tuple[list[Event], object]:
     spec = validate(plan).spec
     assert spec is not None, plan
     rec = recorder()
-    trace_peak_bytes(spec, config_for_plan(spec), tracker=rec)
+    trace_peak_bytes(spec, config_for_plan(spec), tracker=rec,
+                     loss_head=trainer_loss_head(spec) if spec.tiled_logits_loss else None)
     events = list(rec.events)
     step = int(state_terms(spec)["step_fp32_grads"])
     if step:  # ZeRO-1/2: the fp32 gradient partition of the optimizer step
