@@ -2,6 +2,11 @@
 against the H100 rows' measured `max_memory_reserved` (expandable segments off) and the planner's allocator model.
 
     .venv/bin/python bench/allocator_replay.py [--steps 3] [--rows suite-zero2,...]
+    .venv/bin/python bench/allocator_replay.py --snapshot RUN/123.pickle   # a GPU run's own trace, replayed
+
+`--snapshot` reads the trace torch's allocator records of a real GPU run (bench/alloc_history/sitecustomize.py:
+the model's build, DeepSpeed's initialisation and the steps, every stream) and replays it: the rules checked on
+the real sequence, the recorded reserved peak beside the replayed one.
 
 The allocation sequence: each H100 row's plan (the CSV's `plan` column) is traced by plan.traced.trace_peak_bytes
 (the real Hugging Face model under FakeTensorMode, one micro batch forward + backward, on CPU) with a recorder
@@ -187,7 +192,17 @@ class CachingAllocator:
         self._insert(block)
 
 
-Event = tuple[str, int, int]  # ("alloc", id, bytes) / ("free", id, 0)
+    def empty_cache(self) -> None:
+        """Release every wholly free segment (empty_cache(), or release_cached_blocks after a failed cudaMalloc)."""
+        for small in (True, False):
+            for _, block in list(self.pools[small]):
+                if block.prev is None and block.next is None:
+                    self._remove(block)
+                    self.reserved -= block.size
+
+
+# ("alloc", id, bytes[, stream]) / ("free", id, 0) / ("empty_cache", 0, 0); the stream is 0 unless given
+Event = tuple[str, int, int] | tuple[str, int, int, int]
 
 
 def replay(events: list[Event], steps: int = 1) -> CachingAllocator:
@@ -196,9 +211,11 @@ def replay(events: list[Event], steps: int = 1) -> CachingAllocator:
     alloc = CachingAllocator()
     for _ in range(steps):
         live: dict[int, Block] = {}
-        for kind, key, nbytes in events:
+        for kind, key, nbytes, *stream in events:
             if kind == "alloc":
-                live[key] = alloc.malloc(nbytes)
+                live[key] = alloc.malloc(nbytes, *stream)
+            elif kind == "empty_cache":
+                alloc.empty_cache()
             elif key in live:
                 alloc.free(live.pop(key))
         for block in live.values():
@@ -273,6 +290,47 @@ def step_events(plan: dict) -> tuple[list[Event], object]:
     return events, spec
 
 
+def snapshot_events(snapshot: dict, device: int = 0) -> tuple[list[Event], int]:
+    """The allocation sequence in a snapshot of torch.cuda.memory._dump_snapshot (its `device_traces`, recorded by
+    bench/alloc_history/sitecustomize.py), and the peak of the bytes the real allocator held from cudaMalloc
+    (its segment_alloc less its segment_free entries). An "alloc" entry's size is the block it handed out
+    (rounded, or a whole unsplit block); a block is free again at its "free_completed" (after another stream's use
+    of it ends); a run of "segment_free" entries (empty_cache(), or a failed cudaMalloc's release) releases every
+    wholly free segment. Each allocation keeps its stream (ZeRO-3's gathers run on their own)."""
+    events: list[Event] = []
+    live: dict[int, int] = {}  # address -> event id
+    reserved = peak = 0
+    for e in snapshot["device_traces"][device]:
+        action = e["action"]
+        if action == "alloc":
+            live[e["addr"]] = len(events)
+            events.append(("alloc", len(events), e["size"], e["stream"]))
+        elif action == "free_completed" and e["addr"] in live:
+            events.append(("free", live.pop(e["addr"]), 0))
+        elif action == "segment_alloc":
+            reserved += e["size"]
+            peak = max(peak, reserved)
+        elif action == "segment_free":
+            reserved -= e["size"]
+            if not events or events[-1][0] != "empty_cache":
+                events.append(("empty_cache", 0, 0))
+    return events, peak
+
+
+def compare_snapshot(path: str) -> None:
+    """Replay a recorded GPU trace (whole run: build, initialisation, steps) and set the replay's segments against
+    the ones the real allocator created: the rules checked on the real sequence, not on a CPU trace."""
+    import pickle
+
+    with open(path, "rb") as f:
+        snap = pickle.load(f)
+    events, recorded_peak = snapshot_events(snap)
+    alloc = replay(events)
+    print(f"{path}: {sum(1 for e in events if e[0] == 'alloc')} allocations; reserved peak recorded "
+          f"{recorded_peak / GIB:.2f} GiB, replayed {alloc.peak_reserved / GIB:.2f} GiB (allocated peak "
+          f"{alloc.peak_allocated / GIB:.2f} GiB)")
+
+
 def h100_rows(names: tuple[str, ...]) -> list[dict]:
     with open(H100_CSV) as f:
         rows = {r["name"]: r for r in csv.DictReader(f)}
@@ -301,7 +359,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=3, help="steps replayed into one allocator")
     ap.add_argument("--rows", default=",".join(DEFAULT_ROWS), help="H100 rows (the CSV's `name`)")
+    ap.add_argument("--snapshot", action="append", default=[],
+                    help="replay a GPU run's recorded trace instead (bench/alloc_history/sitecustomize.py)")
     args = ap.parse_args()
+    if args.snapshot:
+        for path in args.snapshot:
+            compare_snapshot(path)
+        return
     print(f"caching allocator replay, {args.steps} steps, against {H100_CSV.name} (expandable segments off)")
     print("GiB; gap = reserved - allocated; replay A = the step's traced transient allocated peak")
     print(f"{'row':34} {'alloc':>7} {'reserved':>8} {'meas gap':>8} {'meas ratio':>10} {'replay A':>8} "

@@ -1,5 +1,5 @@
 """bench/allocator_replay.py's caching-allocator rules on hand-worked sequences (sizes in MiB unless said)."""
-from bench.allocator_replay import CachingAllocator, allocation_size, replay, round_size
+from bench.allocator_replay import CachingAllocator, allocation_size, replay, round_size, snapshot_events
 
 MIB = 2 ** 20
 
@@ -80,3 +80,44 @@ def test_small_and_large_pools_do_not_share_blocks():
     x = a.malloc(4096)
     assert x.segment == 1
     assert a.reserved == 22 * MIB
+
+
+def test_a_stream_takes_no_block_cached_by_another():
+    a = CachingAllocator()
+    x = a.malloc(40 * MIB, 8)
+    a.free(x)
+    y = a.malloc(40 * MIB, 7)  # stream 8's cached block is the only one: not taken
+    z = a.malloc(40 * MIB, 8)
+    assert (y.segment, z.segment) == (1, 0)
+    assert a.segments == [40 * MIB, 40 * MIB]
+
+
+def test_empty_cache_releases_only_wholly_free_segments():
+    a = CachingAllocator()
+    x, y = a.malloc(30 * MIB), a.malloc(50 * MIB)
+    a.free(y)
+    z = a.malloc(20 * MIB)  # split from y's segment: it is not wholly free
+    a.free(x)
+    a.empty_cache()
+    assert a.reserved == 50 * MIB
+    a.free(z)
+    a.empty_cache()
+    assert a.reserved == 0
+    assert a.peak_reserved == 80 * MIB
+
+
+def test_a_recorded_trace_reads_as_events_and_its_reserved_peak():
+    # torch.cuda.memory._dump_snapshot's device_traces entries (TraceEntry: action, addr, size, stream)
+    trace = [{"action": "segment_alloc", "addr": 0, "size": 100 * MIB, "stream": 0},
+             {"action": "alloc", "addr": 0, "size": 100 * MIB, "stream": 0},
+             {"action": "free_requested", "addr": 0, "size": 100 * MIB, "stream": 0},
+             {"action": "free_completed", "addr": 0, "size": 100 * MIB, "stream": 0},
+             {"action": "segment_free", "addr": 0, "size": 100 * MIB, "stream": 0},
+             {"action": "segment_alloc", "addr": 0, "size": 60 * MIB, "stream": 0},
+             {"action": "alloc", "addr": 0, "size": 60 * MIB, "stream": 0}]
+    events, peak = snapshot_events({"device_traces": [trace]})
+    assert events == [("alloc", 0, 100 * MIB, 0), ("free", 0, 0), ("empty_cache", 0, 0), ("alloc", 3, 60 * MIB, 0)]
+    assert peak == 100 * MIB
+    a = replay(events)
+    assert a.reserved == 60 * MIB
+    assert a.peak_reserved == 100 * MIB
