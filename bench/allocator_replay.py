@@ -29,11 +29,12 @@ same plan, today's planner.
 The allocator's rules (torch 2.13 on this machine):
 - Constants, read in torch/include/c10/core/AllocatorConfig.h: kMinBlockSize = 512 (every request is rounded up to
   a multiple of it), kSmallSize = 1 MiB (requests up to it use the small pool), kSmallBuffer = 2 MiB (a small-pool
-  segment), kMinLargeAlloc = 10 MiB (requests between 1 and 10 MiB get a kLargeBuffer = 20 MiB segment),
-  kRoundLarge = 2 MiB (larger requests get a segment rounded up to a multiple of it).
-- c10/cuda/CUDACachingAllocator.h (read here): the config's max_split_size (default unlimited: SIZE_MAX in
-  CUDAAllocatorConfig.h), expandable_segments (off unless PYTORCH_CUDA_ALLOC_CONF says so), the per-stream
-  segments (SegmentInfo.stream, is_small_pool).
+  segment), kMinLargeAlloc = 10 MiB (its comment: "allocations between 1 and 10 MiB may use kLargeBuffer"),
+  kRoundLarge = 2 MiB (larger requests get a segment rounded up to a multiple of it). kLargeBuffer = 20 MiB itself
+  is defined in CUDACachingAllocator.cpp, not on this machine.
+- The same header: max_split_size_ defaults to std::numeric_limits<size_t>::max() (unlimited) and
+  use_expandable_segments_ to false (PYTORCH_CUDA_ALLOC_CONF changes them). c10/cuda/CUDACachingAllocator.h:
+  segments are per stream and per pool (SegmentInfo.stream, is_small_pool).
 - CUDACachingAllocator.cpp is NOT on this machine (the wheel ships headers only); the algorithm below is as that
   file implements it in torch 2.x, from its published source, not re-read here:
   - round_size: max(kMinBlockSize, the size rounded up to kMinBlockSize) (roundup_power2_divisions off by default).
@@ -48,13 +49,15 @@ The allocator's rules (torch 2.13 on this machine):
     max_memory_allocated reports them).
   - free_block: the block merges with its free neighbours in the segment (prev and next) and returns to its pool.
   - a segment goes back to the driver only when it is wholly free and a cudaMalloc fails (release_cached_blocks)
-    or on empty_cache(): never within a step that does not run out of memory, so the replay releases nothing.
-    The H100 rows reserved at most 50 of 80 GiB.
+    or on empty_cache(): never within a step that does not run out of memory, so the traced steps' replay
+    releases nothing (the H100 rows reserved at most 50 of 80 GiB); in a recorded GPU trace (`--snapshot`) a run
+    of segment_free entries is replayed as empty_cache().
   - with max_split_size unlimited, every block may be split and served from (the oversize rules do not apply).
 - Left out: segment addresses (a new segment is given a higher address than every earlier one; cudaMalloc does not
   promise that, and the order only breaks ties between equal-size free blocks), CUDA events of blocks used on
-  another stream (record_stream), ZeRO-3's gathers on their own stream (one stream is replayed), the CUDA-graph
-  private pools, and the optimizer step's kernels' temporaries.
+  another stream (record_stream), the CUDA-graph private pools; in the CPU trace, ZeRO-3's gathers on their own
+  stream (one stream is traced; a recorded GPU trace keeps each allocation's stream), the optimizer step's kernels'
+  temporaries and everything before the first step (the model's build, DeepSpeed's initialisation).
 """
 from __future__ import annotations
 
@@ -71,7 +74,7 @@ sys.path.insert(0, str(ROOT))
 
 GIB = 2 ** 30
 MIB = 2 ** 20
-# torch/include/c10/core/AllocatorConfig.h (torch 2.13)
+# torch/include/c10/core/AllocatorConfig.h (torch 2.13); K_LARGE_BUFFER from CUDACachingAllocator.cpp (docstring)
 K_MIN_BLOCK_SIZE = 512
 K_SMALL_SIZE = 1 * MIB
 K_SMALL_BUFFER = 2 * MIB
