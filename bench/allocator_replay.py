@@ -195,6 +195,10 @@ class CachingAllocator:
         self._insert(block)
 
 
+    def reset_peaks(self) -> None:
+        """torch.cuda.reset_peak_memory_stats: the peaks start again from the current bytes."""
+        self.peak_allocated, self.peak_reserved = self.allocated, self.reserved
+
     def empty_cache(self) -> None:
         """Release every wholly free segment (empty_cache(), or release_cached_blocks after a failed cudaMalloc)."""
         for small in (True, False):
@@ -334,6 +338,39 @@ def compare_snapshot(path: str) -> None:
           f"{alloc.peak_allocated / GIB:.2f} GiB)")
 
 
+def replay_steps(events: list[Event]) -> list[tuple[int, int]]:
+    """Replay a whole run recorded on CPU ranks (bench/alloc_history/sitecustomize.py, ULAB_ALLOC_CPU_TRACE: the
+    engine's initialisation, then the steps) and return each step's (allocated, reserved) peaks, the peaks reset
+    after the initialisation and after every step as the trainer's MemoryMeter resets them."""
+    alloc = CachingAllocator()
+    live: dict[int, Block] = {}
+    steps: list[tuple[int, int]] = []
+    for kind, key, nbytes, *stream in events:
+        if kind == "alloc":
+            live[key] = alloc.malloc(nbytes, *stream)
+        elif kind == "free" and key in live:
+            alloc.free(live.pop(key))
+        elif kind == "empty_cache":
+            alloc.empty_cache()
+        elif kind in ("init_end", "step_end"):
+            if kind == "step_end":
+                steps.append((alloc.peak_allocated, alloc.peak_reserved))
+            alloc.reset_peaks()
+    return steps
+
+
+def compare_cpu_trace(path: str, row_name: str) -> None:
+    """A CPU run's recorded sequence replayed, step by step, against an H100 row's measured peaks."""
+    with open(path) as f:
+        events = [tuple(e) for e in json.load(f)]
+    row = h100_rows((row_name,))[0]
+    print(f"{path}: {sum(1 for e in events if e[0] == 'alloc')} allocations, against {row_name} (measured "
+          f"allocated {float(row['measured_allocated_gib']):.2f}, reserved {float(row['measured_reserved_gib']):.2f}"
+          f" GiB, ratio {float(row['measured_reserved_gib']) / float(row['measured_allocated_gib']):.3f})")
+    for i, (a, r) in enumerate(replay_steps(events), 1):
+        print(f"  step {i}: replayed allocated {a / GIB:.2f}, reserved {r / GIB:.2f} GiB, ratio {r / a:.3f}")
+
+
 def h100_rows(names: tuple[str, ...]) -> list[dict]:
     with open(H100_CSV) as f:
         rows = {r["name"]: r for r in csv.DictReader(f)}
@@ -364,7 +401,12 @@ def main() -> None:
     ap.add_argument("--rows", default=",".join(DEFAULT_ROWS), help="H100 rows (the CSV's `name`)")
     ap.add_argument("--snapshot", action="append", default=[],
                     help="replay a GPU run's recorded trace instead (bench/alloc_history/sitecustomize.py)")
+    ap.add_argument("--cpu-trace", default=None, help="replay a CPU run's recorded sequence (ULAB_ALLOC_CPU_TRACE, "
+                    "bench/alloc_history/sitecustomize.py) against the row `--rows` names")
     args = ap.parse_args()
+    if args.cpu_trace:
+        compare_cpu_trace(args.cpu_trace, args.rows.split(",")[0])
+        return
     if args.snapshot:
         for path in args.snapshot:
             compare_snapshot(path)

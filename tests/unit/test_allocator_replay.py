@@ -1,5 +1,5 @@
 """bench/allocator_replay.py's caching-allocator rules on hand-worked sequences (sizes in MiB unless said)."""
-from bench.allocator_replay import CachingAllocator, allocation_size, replay, round_size, snapshot_events
+from bench.allocator_replay import CachingAllocator, allocation_size, replay, replay_steps, round_size, snapshot_events
 
 MIB = 2 ** 20
 
@@ -121,3 +121,13 @@ def test_a_recorded_trace_reads_as_events_and_its_reserved_peak():
     a = replay(events)
     assert a.reserved == 60 * MIB
     assert a.peak_reserved == 100 * MIB
+
+
+def test_a_recorded_run_gives_each_step_its_peaks_and_initialisation_segments_stay_reserved():
+    # initialisation: a 100 MiB temporary, freed; a state that stays. Step 1 carves a 60 MiB block out of the cached
+    # 100 MiB and keeps it (the optimizer's lazily created state); step 2's 100 MiB then needs a new segment.
+    events = [("alloc", 0, 100 * MIB), ("alloc", 1, 20 * MIB), ("free", 0, 0), ("init_end", 0, 0),
+              ("alloc", 2, 60 * MIB), ("step_end", 0, 0),
+              ("alloc", 3, 100 * MIB), ("free", 3, 0), ("step_end", 0, 0)]
+    steps = replay_steps(events)
+    assert steps == [(80 * MIB, 120 * MIB), (180 * MIB, 220 * MIB)]
