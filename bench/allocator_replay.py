@@ -3,6 +3,12 @@ against the H100 rows' measured `max_memory_reserved` (expandable segments off) 
 
     .venv/bin/python bench/allocator_replay.py [--steps 3] [--rows suite-zero2,...]
     .venv/bin/python bench/allocator_replay.py --snapshot RUN/123.pickle   # a GPU run's own trace, replayed
+    .venv/bin/python bench/allocator_replay.py --record-cpu --rows suite-zero2 --steps 2   # a whole CPU run
+
+`--record-cpu` runs the row's plan with the trainer itself (`ulab train`, one CPU rank) under
+bench/alloc_history/sitecustomize.py, which records every allocation from `deepspeed.initialize` on (the engine's
+flat buffers, the fp32 partition, the optimizer states created at the first step, DeepSpeed's gradient hooks),
+and replays the whole run, the peaks reset at each step as the trainer's MemoryMeter resets them.
 
 `--snapshot` reads the trace torch's allocator records of a real GPU run (bench/alloc_history/sitecustomize.py:
 the model's build, DeepSpeed's initialisation and the steps, every stream) and replays it: the rules checked on
@@ -371,6 +377,25 @@ def compare_cpu_trace(path: str, row_name: str) -> None:
         print(f"  step {i}: replayed allocated {a / GIB:.2f}, reserved {r / GIB:.2f} GiB, ratio {r / a:.3f}")
 
 
+def record_cpu_run(row_name: str, out: Path, steps: int) -> Path:
+    """Run the row's plan with `ulab train` on one CPU rank (`steps` steps on the trainer tests' corpus,
+    bench/trainer_memory.py's data) under bench/alloc_history/sitecustomize.py; return the recorded sequence."""
+    import os
+    import subprocess
+
+    from bench.trainer_memory import write_data
+
+    plan = json.loads(h100_rows((row_name,))[0]["plan"])
+    plan["run"] = {"steps": steps, "learning_rate": 1e-3, "seed": 0, "model_path": None, "checkpoint_every": 0,
+                   "data": {"path": str(write_data(out)["packed"])}}
+    (out / "plan.json").write_text(json.dumps(plan))
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "bench" / "alloc_history"),
+           "ULAB_ALLOC_CPU_TRACE": str(out / "trace")}
+    subprocess.run([str(Path(sys.executable).parent / "ulab"), "train", "--plan", str(out / "plan.json"),
+                    "--run-dir", str(out / "run")], env=env, check=True, capture_output=True, timeout=3600)
+    return next((out / "trace").glob("*.json"))
+
+
 def h100_rows(names: tuple[str, ...]) -> list[dict]:
     with open(H100_CSV) as f:
         rows = {r["name"]: r for r in csv.DictReader(f)}
@@ -403,7 +428,16 @@ def main() -> None:
                     help="replay a GPU run's recorded trace instead (bench/alloc_history/sitecustomize.py)")
     ap.add_argument("--cpu-trace", default=None, help="replay a CPU run's recorded sequence (ULAB_ALLOC_CPU_TRACE, "
                     "bench/alloc_history/sitecustomize.py) against the row `--rows` names")
+    ap.add_argument("--record-cpu", action="store_true", help="record the first `--rows` row's run on a CPU rank "
+                    "(`ulab train`, `--steps` steps, minutes per step at the H100 rows' sizes) and replay it")
     args = ap.parse_args()
+    if args.record_cpu:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            compare_cpu_trace(str(record_cpu_run(args.rows.split(",")[0], Path(tmp), args.steps)),
+                              args.rows.split(",")[0])
+        return
     if args.cpu_trace:
         compare_cpu_trace(args.cpu_trace, args.rows.split(",")[0])
         return
