@@ -61,9 +61,10 @@ The allocator's rules (torch 2.13 on this machine):
   - with max_split_size unlimited, every block may be split and served from (the oversize rules do not apply).
 - Left out: segment addresses (a new segment is given a higher address than every earlier one; cudaMalloc does not
   promise that, and the order only breaks ties between equal-size free blocks), CUDA events of blocks used on
-  another stream (record_stream), the CUDA-graph private pools; in the CPU trace, ZeRO-3's gathers on their own
-  stream (one stream is traced; a recorded GPU trace keeps each allocation's stream), the optimizer step's kernels'
-  temporaries and everything before the first step (the model's build, DeepSpeed's initialisation).
+  another stream (record_stream), the CUDA-graph private pools. The FakeTensor step trace (not `--record-cpu`)
+  also leaves out ZeRO-3's gathers on their own stream (one stream is traced; a recorded GPU trace keeps each
+  allocation's stream), the optimizer step's kernels' temporaries and everything before the first step (the
+  model's build, DeepSpeed's initialisation).
 """
 from __future__ import annotations
 
