@@ -199,8 +199,11 @@ def config_for_plan(spec):
     return hf_config(spec.model, None)
 
 
-def trace_peak_bytes(spec, cfg=None) -> dict:
-    """Run one micro batch of `spec` (one rank's shard) under FakeTensorMode; return peak bytes by category."""
+def trace_peak_bytes(spec, cfg=None, tracker=None, loss_head=None) -> dict:
+    """Run one micro batch of `spec` (one rank's shard) under FakeTensorMode; return peak bytes by category.
+    `tracker` is the MemTracker (or a subclass, such as bench/allocator_replay.py's recorder) to trace with.
+    `loss_head(model, labels)`, when given, replaces the model's output head by one whose "logits" are the loss
+    (the trainer's tiled logits loss, which plan/ cannot import): the step's loss is then their sum."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.mem_tracker import MemTracker
@@ -227,7 +230,7 @@ def trace_peak_bytes(spec, cfg=None) -> dict:
         ids = torch.randint(0, spec.model.vocab_size, (b, s))
         labels = torch.randint(0, spec.model.vocab_size, (b, s))
         pos = torch.arange(s).unsqueeze(0).expand(b, s)
-        tracker = MemTracker()
+        tracker = tracker if tracker is not None else MemTracker()
         tracker.track_external(model, ids, labels, pos)
         liger = liger_standins(model, spec.liger_fused_loss) if spec.liger_kernel else contextlib.nullcontext()
         offload = (_offloaded_checkpoints(model) if spec.checkpoint_offload and spec.activation_checkpointing
@@ -235,8 +238,12 @@ def trace_peak_bytes(spec, cfg=None) -> dict:
         with _emulated_ulysses(spec.sp), liger:
             if spec.tiled_mlp:  # over Liger's SwiGLU when asked, as the trainer tiles the MLP the model has
                 _tile_mlps(model, spec.liger_kernel)
+            if loss_head is not None:
+                loss_head(model, labels)
             with offload, tracker:
-                if spec.upcast_logits:  # Transformers' ForCausalLMLoss (fp32 logits)
+                if loss_head is not None:
+                    loss = model(input_ids=ids, position_ids=pos).logits.sum()
+                elif spec.upcast_logits:  # Transformers' ForCausalLMLoss (fp32 logits)
                     loss = model(input_ids=ids, labels=labels, position_ids=pos).loss
                 else:  # cross-entropy on the model's dtype, as worker/trainer/modeling.py token_loss_sum
                     logits = model(input_ids=ids, position_ids=pos).logits

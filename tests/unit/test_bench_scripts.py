@@ -100,3 +100,10 @@ def test_time_misses_prints_every_offload_row_t9_against_t1_and_the_hf_steps():
     assert len(re.findall(r"^  attention at 0\.\d\d of peak: T1 [+-][\d.]+%, T9 [+-][\d.]+%$", text, re.M)) == 2
     for rid in HF_ROWS:
         assert re.search(rf"^  {rid}\s+[\d,]+ tokens per step at .* s per step; planner", text, re.M), rid
+
+
+def test_allocator_replay_prints_the_measured_replayed_and_planner_ratios_of_a_row():
+    text = run_bench("allocator_replay.py", "--rows", "suite-zero2", "--steps", "1")
+    assert re.search(r"^row\s+alloc\s+reserved .* replay ratio\s+planner gap\s+planner ratio$", text, re.M)
+    assert re.search(r"^suite-zero2\s+\d+\.\d\d\s+\d+\.\d\d\s+\d+\.\d\d\s+1\.\d{3}(\s+\d+\.\d\d){3}\s+1\.\d{3}"
+                     r"\s+\d+\.\d\d\s+1\.\d{3}$", text, re.M)
