@@ -201,7 +201,8 @@ def fill(disk: Path) -> None:
     """Fill the disk up. The run may have filled it already (its packed data, logs and metrics lines: seen once,
     when the API reported step 3 late): then it stays full, as the test wants, and no filler file can be made."""
     try:
-        f = open(disk / "filler", "wb")  # closed below
+        # unbuffered: a buffered file keeps the part of a write that did not fit and raises ENOSPC again on close
+        f = open(disk / "filler", "wb", buffering=0)  # closed below
     except OSError as e:
         if e.errno != errno.ENOSPC:
             raise
@@ -209,7 +210,18 @@ def fill(disk: Path) -> None:
     with f, contextlib.suppress(OSError):
         while True:
             f.write(b"\0" * (1 << 16))
-            f.flush()
+
+
+@pytest.mark.parametrize("used_kib", [0, 4, 8, 12, 36])
+def test_fill_leaves_the_disk_full_whatever_space_is_left(tmp_path, used_kib):
+    """fill() ends with the disk full and raises nothing, also when the space left is no whole number of its
+    64 KiB writes (a buffered file kept the part that did not fit and raised ENOSPC again when it closed)."""
+    with small_disk(tmp_path / "disk", "200k") as disk:
+        (disk / "used").write_bytes(b"x" * (used_kib << 10))
+        fill(disk)
+        with pytest.raises(OSError) as e, open(disk / "one-more", "wb", buffering=0) as f:
+            f.write(b"\0" * 4096)
+        assert e.value.errno == errno.ENOSPC
 
 
 def test_a_full_disk_is_reported_as_no_space_left_on_device(faults, corpus):
