@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from backend.alerts.service import HISTORY, MIN_HISTORY, SUSTAIN  # noqa: E402
-from tests.tiny import tiny_plan, write_corpus  # noqa: E402
+from tests.tiny import write_run_plan  # noqa: E402
 
 ULAB = Path(sys.executable).parent / "ulab"
 
@@ -49,10 +49,7 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
-        corpus = write_corpus(tmp / "tiny.txt")
-        plan = tiny_plan() | {"run": {"steps": args.steps, "learning_rate": 1e-3, "seed": 0, "checkpoint_every": 0,
-                                      "data": {"path": str(corpus)}, "model_path": None}}
-        (tmp / "plan.json").write_text(json.dumps(plan))
+        write_run_plan(tmp, args.steps)
         lows = []
         print(f"tiny Llama, 2 CPU ranks, {args.steps} steps; rule: SUSTAIN {SUSTAIN}, HISTORY {HISTORY}, "
               f"MIN_HISTORY {MIN_HISTORY}")

@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.tiny import tiny_plan, write_corpus  # noqa: E402
+from tests.tiny import write_run_plan  # noqa: E402
 
 ULAB = Path(sys.executable).parent / "ulab"
 
@@ -51,17 +51,13 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
-        corpus = write_corpus(tmp / "tiny.txt")
-        plan = tiny_plan(sp_size=1) | {"run": {"steps": args.steps, "learning_rate": 1e-3, "seed": 0,
-                                               "checkpoint_every": 0, "data": {"path": str(corpus)},
-                                               "model_path": None}}
-        (tmp / "plan.json").write_text(json.dumps(plan))
+        plan = write_run_plan(tmp, args.steps, sp_size=1)
         print(f"tiny Llama, 1 CPU rank per run, {args.steps} steps, {os.cpu_count()} cores; median step after the 5th")
         base = None
         for jobs in (1, args.jobs):
             for policy in ("ACTIVE", "PASSIVE"):
                 dirs = [tmp / f"{policy}-{jobs}-{i}" for i in range(jobs)]
-                medians = median_steps(dirs, tmp / "plan.json", policy)
+                medians = median_steps(dirs, plan, policy)
                 m = statistics.median(medians)
                 base = base or m
                 runs = ", ".join(f"{x * 1e3:.1f}" for x in medians)

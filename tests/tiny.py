@@ -1,6 +1,7 @@
 """A tiny Llama plan (4 heads, CPU, fp32) and a text corpus, for runs that train in seconds on 2 CPU ranks."""
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -85,3 +86,15 @@ def trainer_pids(run_dir: str) -> list[int]:
             except OSError:
                 pass
     return pids
+
+
+def write_run_plan(folder: Path, steps: int, sp_size: int = 2) -> Path:
+    """FOLDER/plan.json: the tiny plan with a run of `steps` steps (lr 1e-3, seed 0, no checkpoints) on the corpus
+    written beside it (FOLDER/tiny.txt); the benches that train the tiny model start from it."""
+    corpus = write_corpus(folder / "tiny.txt")
+    run = {"steps": steps, "learning_rate": 1e-3, "seed": 0, "checkpoint_every": 0, "data": {"path": str(corpus)},
+           "model_path": None}
+    plan = tiny_plan(sp_size=sp_size) | {"run": run}
+    path = folder / "plan.json"
+    path.write_text(json.dumps(plan))
+    return path
