@@ -153,7 +153,7 @@ gpu-check:
 	@if [ -n "$(GPU_WHEELS)" ]; then bash scripts/gpu_wheels.sh check "$(GPU_WHEELS)" $(GPU_CHECK_ARGS); \
 	else PYTHONPATH=$(CURDIR) $(GPU_PYTHON) bench/gpu_check.py $(GPU_CHECK_ARGS); fi
 
-# The GPU path rehearsed on this CPU machine (10-40 min with the cores shared, so not in `make test`): a "machine"
+# The GPU path rehearsed on this CPU machine (about 8 min on 2 idle cores with the machine venv, more on busy ones, so not in `make test`): a "machine"
 # venv holding torch, Triton, accelerate and transformers 5.17 as the GPU machine's /opt/torch/.venv does; the wheel
 # folder prepared for its
 # Python; the check venv installed from that folder with no index (scripts/gpu_wheels.sh install, versions
