@@ -153,10 +153,9 @@ gpu-check:
 	@if [ -n "$(GPU_WHEELS)" ]; then bash scripts/gpu_wheels.sh check "$(GPU_WHEELS)" $(GPU_CHECK_ARGS); \
 	else PYTHONPATH=$(CURDIR) $(GPU_PYTHON) bench/gpu_check.py $(GPU_CHECK_ARGS); fi
 
-# The GPU path rehearsed on this CPU machine (about 8 min on 2 idle cores with the machine venv, more on busy ones, so not in `make test`): a "machine"
-# venv holding torch, Triton, accelerate and transformers 5.17 as the GPU machine's /opt/torch/.venv does; the wheel
-# folder prepared for its
-# Python; the check venv installed from that folder with no index (scripts/gpu_wheels.sh install, versions
+# The GPU path rehearsed on this CPU machine (about 8 min on 2 idle cores with the machine venv, more on busy ones,
+# so not in `make test`): a "machine" venv holding torch, Triton, accelerate and transformers 5.17 as the GPU
+# machine's /opt/torch/.venv does; the wheel folder prepared for its Python; the check venv installed from that folder with no index (scripts/gpu_wheels.sh install, versions
 # asserted); gpu_check without torch and with --require-cuda (both must fail); then every part in CPU mode, in three
 # commands appending to one CSV (suite; ulysses and sweep; probe), and the CSV; last, the window's one call as
 # docs/gpu-check.md gives it (scripts/gpu_wheels.sh window, --cpu), which must run every part within its budget and
