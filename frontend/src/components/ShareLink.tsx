@@ -1,11 +1,14 @@
 import { useMutation, useQuery } from "@tanstack/react-query";
 import { useState } from "react";
 import { client, unwrap, type Run } from "../lib/api";
+import type { components } from "../lib/schema";
 import { canCancel, useAuth } from "../lib/auth";
 import { readViewOnly, shareUrl, viewOnlyUrl } from "../lib/chartState";
 import { fmtTime } from "../lib/format";
 import { queryClient } from "../lib/query";
 import { readShareToken, shareLinkUrl } from "../lib/share";
+
+type ShareListed = components["schemas"]["ShareListed"];
 
 /** Copies the link to this view (zoom, smoothing, x axis, log y, combined metrics, series switched off:
  * lib/chartState.ts), or its view-only form (the same charts, no button that changes the run). Where the clipboard
@@ -42,6 +45,11 @@ export function ShareLink({ run }: { run: Run }) {
     onSuccess: (s) => {
       setShared({ url: shareLinkUrl(s.token), expires: s.expires_at });
       setRevoked(null);
+      // the new link is live: the revoke button counts it at once, before the list is read again
+      const made: ShareListed = { id: s.id, prefix: s.prefix, created_by: s.created_by, created_at: s.created_at,
+        expires_at: s.expires_at };
+      queryClient.setQueryData<ShareListed[]>(["shares", run.id], (old) =>
+        [...(old ?? []).filter((x) => x.id !== s.id), made]);
       void reread();
     },
   });
