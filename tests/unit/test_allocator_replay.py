@@ -1,5 +1,6 @@
-"""bench/allocator_replay.py's caching-allocator rules on hand-worked sequences (sizes in MiB unless said)."""
-from bench.allocator_replay import CachingAllocator, allocation_size, replay, replay_steps, round_size, snapshot_events
+"""bench/caching_allocator.py's rules on hand-worked sequences (sizes in MiB unless said)."""
+from bench.allocator_replay import snapshot_events
+from bench.caching_allocator import CachingAllocator, allocation_size, replay, replay_steps, round_size
 
 MIB = 2 ** 20
 
