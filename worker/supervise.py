@@ -11,12 +11,12 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from backend.core.settings import Settings
-from backend.execution.agent import RunState
+from backend.execution.agent import RunState, unreachable
 from plan.launch import stop_grace_s
 from plan.outcome import OUTCOME_FILE, STOP_RULES, Cause, Outcome, describe_exit, read_outcome, without_record
 from worker.process import AttemptProcesses
@@ -25,6 +25,9 @@ from worker.shipper import MetricShipper
 log = logging.getLogger(__name__)
 TICK_S = 0.5
 LOG_TAIL_LINES = 30
+# Seconds between two tries of a report the API could not take (deliver)
+REPORT_RETRY_EVERY_S = 1.0
+T = TypeVar("T")
 
 
 def trainer_command(plan_path: Path, run_dir: Path, attempt: int, resume_from: str | None = None,
@@ -110,6 +113,34 @@ class Heartbeat:
             log.exception("final heartbeat failed")
 
 
+def deliver(call: Callable[[], T], settings: Settings, beat: Callable[[], bool] | None = None,
+            what: str = "report") -> T:
+    """`call()`, a report of the attempt's end to the API (its outcome, a stop rule's alert, a node's exit), tried
+    again every REPORT_RETRY_EVERY_S while the API cannot be reached (restarting, say: `unreachable`), for up to
+    `settings.report_retry_s`; meanwhile `beat` (the attempt's heartbeat) goes on in its own thread, so the reaper
+    does not mark a run lost while its outcome waits to be delivered. A refusal is raised at once, and the last
+    failure once the time is up."""
+    try:
+        return call()
+    except Exception as exc:
+        if not unreachable(exc):
+            raise
+        log.warning("%s: the API cannot be reached (%s); trying again for up to %.0f s", what, exc,
+                    settings.report_retry_s)
+    end = time.monotonic() + settings.report_retry_s
+    with Heartbeat(beat, settings.heartbeat_s) if beat is not None else nullcontext():
+        while True:
+            time.sleep(REPORT_RETRY_EVERY_S)
+            try:
+                got = call()
+            except Exception as exc:
+                if not unreachable(exc) or time.monotonic() >= end:
+                    raise
+                continue
+            log.info("%s: delivered once the API answered again", what)
+            return got
+
+
 def stop_wait_s(spec: dict[str, Any], settings: Settings) -> float:
     """How long the worker waits between SIGTERM and SIGKILL of an attempt's processes: the plan's stop grace
     (what the ranks have to save a checkpoint; torchrun gets the same) plus ULAB_CANCEL_GRACE_S for torchrun and
@@ -150,7 +181,7 @@ def watch_and_ship(procs: AttemptProcesses, shipper: MetricShipper, beat_fn: Cal
         try:
             code, stopped, left = watch(procs, shipper, beat, grace_s)
         finally:
-            shipped = shipper.drain(deadline_s=60.0)
+            shipped = shipper.drain(deadline_s=settings.report_retry_s)  # as long as the outcome waits
             shipper.close()
     return code, stopped, shipped, left
 

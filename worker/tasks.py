@@ -24,6 +24,7 @@ from worker.shipper import MetricShipper
 from worker.supervise import (
     LOG_TAIL_LINES,
     attempt_outcome,
+    deliver,
     exit_state,
     failure_reason,
     last_words_file,
@@ -109,7 +110,8 @@ def supervise(run: Claim, settings: Settings) -> str:
     agent = get_agent()
     reason = too_big_for_this_worker(run.plan)
     if reason:
-        agent.finish(run.id, run.attempt, RunState.FAILED, reason)
+        deliver(lambda: agent.finish(run.id, run.attempt, RunState.FAILED, reason), settings,
+                lambda: agent.heartbeat(run.id, run.attempt, 0), f"run {run.id}: the outcome")
         return RunState.FAILED.value
     endpoint = gang.publish_endpoint(run, run.worker or "") if run.plan.hardware.num_nodes > 1 else None
     procs, run_dir, log_path = launch(run, settings, 0, endpoint)
@@ -123,9 +125,11 @@ def supervise(run: Claim, settings: Settings) -> str:
         procs, shipper, lambda: agent.heartbeat(run.id, run.attempt, shipper.last_step), settings,
         stop_wait_s(run.spec, settings))
     outcome = attempt_outcome(run_dir, code, run.id, run.attempt)
+    beat = lambda: agent.heartbeat(run.id, run.attempt, shipper.last_step)  # noqa: E731
     rule = read_stopped(run_dir, run.attempt) if outcome.cause in STOP_RULES else None
     if rule is not None:  # the same alert row the API raises from the shipped metrics, unless it has already
-        agent.trainer_stopped(run.id, run.attempt, rule["kind"], int(rule["step"]), str(rule["message"]))
+        deliver(lambda: agent.trainer_stopped(run.id, run.attempt, rule["kind"], int(rule["step"]),
+                                              str(rule["message"])), settings, beat, f"run {run.id}: the stop rule")
     log_tail = "\n".join(tail_lines(log_path, LOG_TAIL_LINES))
     last_words_file(run.id, run.attempt, 0).unlink(missing_ok=True)
     outcome_file(run.id, run.attempt, 0).unlink(missing_ok=True)
@@ -138,7 +142,9 @@ def supervise(run: Claim, settings: Settings) -> str:
     if left:
         reason = (reason or "") + f"\nprocesses {', '.join(map(str, left))} of the run survived SIGKILL"
     # a probe's result and the calibration point are stored where the attempt ends (backend/execution/outcome.py)
-    agent.finish(run.id, run.attempt, state, reason, last_step=shipper.last_step)
+    # the run's one outcome record: an API restarting just now must not leave the run to be reaped as lost
+    deliver(lambda: agent.finish(run.id, run.attempt, state, reason, last_step=shipper.last_step), settings, beat,
+            f"run {run.id}: the outcome")
     log.info("run %s: %s (exit code %s)", run.id, state.value, code)
     return state.value
 
@@ -146,12 +152,16 @@ def supervise(run: Claim, settings: Settings) -> str:
 def supervise_node(run: Claim, node_rank: int, settings: Settings) -> str:
     """Node k > 0 of a multi-node run: wait for node 0's rendezvous endpoint, run this node's ranks, stop
     them when the run ends or is cancelled. Node 0 records the run's outcome."""
+    def node_exit(code: int) -> None:
+        deliver(lambda: gang.record_node_exit(run.id, run.attempt, node_rank, code), settings,
+                lambda: gang.node_heartbeat(run.id, run.attempt, node_rank), f"run {run.id} node {node_rank}: the exit")
+
     if too_big_for_this_worker(run.plan):
-        gang.record_node_exit(run.id, run.attempt, node_rank, -1)
+        node_exit(-1)
         return "refused"
     endpoint = gang.wait_for_endpoint(run.id, run.attempt)
     if endpoint is None:
-        gang.record_node_exit(run.id, run.attempt, node_rank, -1)
+        node_exit(-1)
         return "no rendezvous"
     procs, run_dir, _ = launch(run, settings, node_rank, endpoint)
     # c10d may place global rank 0 (the metrics writer) on any node: every node ships what it finds.
@@ -161,6 +171,6 @@ def supervise_node(run: Claim, node_rank: int, settings: Settings) -> str:
                                    settings, stop_wait_s(run.spec, settings))
     last_words_file(run.id, run.attempt, node_rank).unlink(missing_ok=True)  # node 0 reports the run's reason
     outcome_file(run.id, run.attempt, node_rank).unlink(missing_ok=True)
-    gang.record_node_exit(run.id, run.attempt, node_rank, code)
+    node_exit(code)
     log.info("run %s node %s: exit code %s", run.id, node_rank, code)
     return f"node exit {code}"

@@ -31,7 +31,8 @@ from backend.runs.states import RunState
 from plan.model import Plan
 
 __all__ = ["AGENT_API", "EXECUTE_RUN", "AgentRefused", "Claim", "Endpoint", "HttpRunAgent", "RunAgent", "RunState",
-           "StoredRun", "broker_config", "broker_url", "get_agent", "queue_for", "tail_lines", "worker_token"]
+           "StoredRun", "broker_config", "broker_url", "get_agent", "queue_for", "tail_lines", "unreachable",
+           "worker_token"]
 log = logging.getLogger(__name__)
 AGENT_API = "/api/agent/v1"
 WORKER_TOKEN_FILE = "worker-token"  # under ULAB_HOME, written by `ulab token create --role worker --file ...`
@@ -82,7 +83,20 @@ class StoredRun:
 
 
 class AgentRefused(RuntimeError):
-    """The service refused a call (a token out of its scope, an attempt that ended); the message is its reason."""
+    """The service refused a call (a token out of its scope, an attempt that ended); the message is its reason and
+    `status_code` the HTTP status (None: refused before any request, e.g. no token)."""
+
+    def __init__(self, message: str, status_code: int | None = None):
+        super().__init__(message)
+        self.status_code = status_code
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether a call failed because the service could not answer (not reached, cut off, timed out, or a 5xx from
+    it or a proxy before it, as while it restarts): worth trying again, unlike a refusal."""
+    if isinstance(exc, httpx.TransportError):
+        return True
+    return isinstance(exc, AgentRefused) and exc.status_code is not None and exc.status_code >= 500
 
 
 class RunAgent(Protocol):
@@ -170,7 +184,7 @@ class HttpRunAgent:
         if r.status_code in absent:
             return None
         if r.status_code >= 400:
-            raise AgentRefused(f"{method} {AGENT_API}{path}: {r.status_code} {r.text[:500]}")
+            raise AgentRefused(f"{method} {AGENT_API}{path}: {r.status_code} {r.text[:500]}", r.status_code)
         return r.json()
 
     def _run(self, method: str, run_id: int, path: str, body: dict | None = None, ended: Any = None,

@@ -49,13 +49,6 @@ def send_task(stack: Stack, run_id: int) -> None:
                     f"send_execute_run({run_id}, 'H100-80GB')"], env=stack.env, cwd=REPO, check=True, timeout=60)
 
 
-def wait_step(api, run_id: int, step: int, timeout_s: float = 180) -> None:
-    end = time.monotonic() + timeout_s
-    while api.get(f"/api/runs/{run_id}").json()["last_step"] < step:
-        assert time.monotonic() < end, f"run {run_id} did not reach step {step}"
-        time.sleep(0.3)
-
-
 def in_log(log: Path, text: str, timeout_s: float = 10, times: int = 1) -> None:
     """Wait until `text` is in the log at least `times` times."""
     end = time.monotonic() + timeout_s
@@ -108,10 +101,13 @@ def test_api_down_for_20s_loses_no_metric_point(faults, corpus):
     lost, and every point reaches the database once the API is back."""
     api, steps = faults.api_client, 40
     run = submit(api, tiny_plan(sp_size=1), {"steps": steps, "data": {"path": str(corpus)}}, name="api-outage")
-    wait_step(api, run["id"], 3)
+    # down as soon as the trainer is launched: its start (torchrun, the ranks' imports, DeepSpeed) takes seconds
+    # and its 40 tiny steps about one, too short for a step seen through the API (one heartbeat a second)
+    wait_for(api, run["id"], {"running"}, timeout_s=120)
     faults.api.stop(sig=signal.SIGKILL)
     down_at = time.monotonic()
     metrics_file = Path(faults.home) / "runs" / f"run-{run['id']}" / "metrics.jsonl"
+    assert last_step_written(metrics_file) < steps, "the trainer had finished before the API went down"
     while last_step_written(metrics_file) < steps:
         assert time.monotonic() - down_at < 300, "the trainer did not finish while the API was down"
         time.sleep(0.5)
