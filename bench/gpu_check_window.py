@@ -3,19 +3,23 @@
 `bash scripts/gpu_wheels.sh window DIR --out $OUT --budget-s 560` installs (its seconds count: --t0) and runs this.
 CUDA rows only, no offload rows (so no DeepSpeedCPUAdam build). The parts, in the order they run:
 
-  ulysses-*        the check's Ulysses SP=2 rows, both ranks on one GPU, each against one rank (bench/gpu_check_run.py)
+  ulysses-sp2      the check's Ulysses SP=2 row, both ranks on one GPU, against one rank (bench/gpu_check_run.py)
   smi              `nvidia-smi -q -d CLOCK,POWER,PERFORMANCE` and the versions (torch, CUDA, cuDNN, driver, ours);
                    clocks, power, temperature and throttle reasons are sampled at 1 Hz from the window's start to
                    its end (telemetry.csv) under every part
   sdpa             bench/sdpa_backends.py: the backend torch picks for the ~1B's 16K GQA shape and a 3,001-token
                    document, forward+backward TFLOPS per backend, first and second call of 5 new lengths
-  sdpa-cudnn-off   the picks again under TORCH_CUDNN_SDPA_PREFERRED=0, the switch the cudnn-off rows use
   gemm             bench/gemm_tflops.py: bf16 GEMM TFLOPS at the ~1B's shapes, sustained 10 s
   plain-loop       bench/plain_loop.py: the ~1B at 16K in a plain PyTorch loop, 4 steps and a profiled one
   trainer-*        `ulab train` rows of 6 steps (5 measured after the first), every step's time and phases kept
-                   (*.steps.jsonl): the ~1B at 16K (ZeRO-3, checkpointing; the tiled one last), the ~150M ZeRO-2 at
-                   8K on one-document rows and on the 3,000-byte documents, the same two with cuDNN attention off
+                   (*.steps.jsonl): the ~1B at 16K (ZeRO-3, checkpointing; plain, then TiledMLP and the tiled
+                   loss), each recording the caching allocator's trace from its start (alloc_row: the replay in
+                   alloc-<row>.txt, the snapshots in a tar of their own); the ~150M ZeRO-2 at 8K on one-document
+                   rows and on the 3,000-byte documents
+  sdpa-cudnn-off   the picks again under TORCH_CUDNN_SDPA_PREFERRED=0, the switch the cudnn-off rows use
+  trainer-*-cudnn-off  the ~150M's two rows with cuDNN attention off
   peer             bench/peer_alst.py: ulab train beside Accelerate's ALST example, SP=2 on the one GPU, one pair
+  ulysses-sp2-zero3  the check's second Ulysses row (GPU only)
 
 Every part has planned seconds (PLANNED: GPU figures from the first window's measured rows where one exists, else
 estimated and marked so; CPU figures from `make gpu-rehearsal`). They are printed first; a part starts only when its
@@ -57,6 +61,8 @@ CUT_FACTOR = {True: 2.0, False: 4.0}
 NO_CUDA = "skipped: no CUDA"
 CUDNN_OFF = {"TORCH_CUDNN_SDPA_PREFERRED": "0"}  # torch's switch: cuDNN attention no longer first in SDPA's order
 TRAINER_STEPS = 6  # the first carries warm-up: 5 measured
+# the device tool brings back files of at most 16 MiB: the allocator snapshots' tar stays under it
+SNAPSHOT_TAR_MAX = 15 * 2 ** 20
 # nvidia-smi's 1 Hz sample; throttle reasons as the bit mask (clocks_event_reasons in newer drivers)
 SMI_FIELDS = ("timestamp,clocks.sm,clocks.mem,clocks.max.sm,power.draw,power.limit,temperature.gpu,utilization.gpu,"
               "memory.used,{reasons}")
@@ -176,6 +182,36 @@ class Window:
         ck.run_row(r)
         return "ok" if len(ck.failures) == before else "; ".join(ck.failures[before:])[:300]
 
+    def alloc_row(self, r: Row) -> str:
+        """A trainer row whose processes record the caching allocator's trace from their start
+        (bench/alloc_history/sitecustomize.py: the model's build and DeepSpeed's initialisation before the steps,
+        each rank's snapshot at its exit), replayed here with bench/allocator_replay.py's rules against the reserved
+        peak the real allocator reached (alloc-<row>.txt). The snapshots themselves go into a tar of their own
+        (finish): the window's tar stays small. On CPU the recording is off (CUDA only) and the row runs as any."""
+        alloc = self.dir / "alloc" / r.name
+        r.env = {**r.env, "ULAB_ALLOC_HISTORY": str(alloc),
+                 "PYTHONPATH": os.pathsep.join([str(ROOT / "bench" / "alloc_history"), str(ROOT),
+                                                os.environ.get("PYTHONPATH", "")])}
+        status = self.trainer_row(r)
+        self.replay_snapshots(r.name, alloc)
+        return status
+
+    def replay_snapshots(self, name: str, alloc: Path) -> None:
+        """bench/allocator_replay.py --snapshot over the row's snapshots, its output in alloc-<row>.txt."""
+        snapshots = sorted(alloc.glob("*.pickle"))
+        report = self.dir / f"alloc-{name}.txt"
+        if not snapshots:
+            report.write_text("no allocator snapshot: " + ("none was written" if self.cuda else NO_CUDA) + "\n")
+            return
+        try:
+            proc = subprocess.run([sys.executable, str(ROOT / "bench" / "allocator_replay.py"),
+                                   *[a for p in snapshots for a in ("--snapshot", str(p))]],
+                                  capture_output=True, text=True, cwd=ROOT, timeout=max(5.0, min(60.0, self.left_s)),
+                                  env={**os.environ, "PYTHONPATH": str(ROOT)})
+            report.write_text(proc.stdout + proc.stderr)
+        except subprocess.TimeoutExpired:
+            report.write_text("the replay timed out; the snapshots are in the alloc tar\n")
+
     def checker(self):
         """The check's runner (bench/gpu_check_run.py Check): its CSV and steps file in the window's folder."""
         if self.check is None:
@@ -201,14 +237,14 @@ class Window:
     def parts(self) -> list[Part]:
         cuda = self.cuda
         first = "the first window (one H100): suite rows 25-36 s each, a row here is two of them"
-        out = [Part(r.name, 75, 150, lambda r=r: self.ulysses(r), first)
-               for r in self.ulysses_rows()]
+        ulysses = [Part(r.name, 75, 150, lambda r=r: self.ulysses(r), first) for r in self.ulysses_rows()]
+        out, later = ulysses[:1], ulysses[1:]  # the ZeRO-3 one last
+        cudnn_off = Part("sdpa-cudnn-off", 15, 45, lambda: self.bench(
+            "sdpa-cudnn-off", "sdpa_backends.py", ["--picks-only"], self.planned("sdpa-cudnn-off"), CUDNN_OFF),
+            "estimate (unmeasured on a GPU)")
         out += [
             Part("smi", 5, 5, self.smi, "estimate"),
             Part("sdpa", 40, 60, lambda: self.bench("sdpa", "sdpa_backends.py", [], self.planned("sdpa")),
-                 "estimate (unmeasured on a GPU)"),
-            Part("sdpa-cudnn-off", 15, 45, lambda: self.bench("sdpa-cudnn-off", "sdpa_backends.py", ["--picks-only"],
-                                                              self.planned("sdpa-cudnn-off"), CUDNN_OFF),
                  "estimate (unmeasured on a GPU)"),
             Part("gemm", 25, 20, lambda: self.bench("gemm", "gemm_tflops.py", [], self.planned("gemm")),
                  "10 s sustained + start (unmeasured on a GPU)"),
@@ -232,14 +268,18 @@ class Window:
         sweep = ("the first window: ~1B sweep rows at 16K 84-94 s with 2 steps; 4 more at ~1.8 s (its 13% MFU); "
                  "an estimate")
         suite = "the first window: suite rows 25-36 s with 4 steps"
-        rows = [(big_row("plain"), 100, 150, sweep), (small_row(True, False), 40, 150, suite),
-                (small_row(False, False), 40, 150, suite), (small_row(False, True), 40, 150, suite),
-                (small_row(True, True), 40, 150, suite)]
-        out += [Part(r.name, g, c, lambda r=r: self.trainer_row(r), s) for r, g, c, s in rows]
+        # the ~1B rows record the caching allocator's trace of the whole run (alloc_row): first, with the
+        # one-document and documents rows of the ~150M; the cuDNN-off rows, the peer and the second Ulysses row after
+        big = [big_row("plain"), big_row("tiled")]
+        out += [Part(r.name, 100, 150, lambda r=r: self.alloc_row(r), sweep) for r in big]
+        out += [Part(r.name, 40, 150, lambda r=r: self.trainer_row(r), suite)
+                for r in (small_row(True, False), small_row(False, False))]
+        out.append(cudnn_off)
+        out += [Part(r.name, 40, 150, lambda r=r: self.trainer_row(r), suite)
+                for r in (small_row(False, True), small_row(True, True))]
         out.append(Part("peer", 80, 300, lambda: self.peer(self.planned("peer")),
                         "estimate: two SP=2 launches of the ~150M at 8K (unmeasured on a GPU)"))
-        r = big_row("tiled")
-        out.append(Part(r.name, 100, 150, lambda: self.trainer_row(r), sweep))
+        out += later
         for p in out:
             p.planned_s = p.planned_gpu_s if cuda else p.planned_cpu_s
         return [p for p in out if not (self.a.skip and re.search(self.a.skip, p.name))]
@@ -301,6 +341,7 @@ class Window:
             self.sampler.wait(timeout=10)
         if self.check is not None:
             shutil.rmtree(self.check.work, ignore_errors=True)
+        self.tar_snapshots()
         elapsed = time.time() - self.t0
         summary = {"budget_s": self.a.budget_s, "elapsed_s": round(elapsed, 1), "cuda": self.cuda,
                    "parts": {p.name: p.result or {"status": "not reached", "planned_s": p.planned_s}
@@ -320,6 +361,26 @@ class Window:
         shutil.rmtree(self.dir)
         print(f"window: {tar} ({tar.stat().st_size / 1024:.0f} KiB); {time.time() - self.t0:.0f} s", flush=True)
         return 1 if failed or elapsed > self.a.budget_s else 0
+
+
+    def tar_snapshots(self) -> None:
+        """The allocator snapshots (alloc_row) into OUT/alloc-<device>-<date>.tar.gz, a file of their own that may
+        be left out without losing the window's; dropped (and said so) past SNAPSHOT_TAR_MAX."""
+        alloc = self.dir / "alloc"
+        if not alloc.is_dir():
+            return
+        if any(alloc.rglob("*.pickle")):
+            tar = self.dir.parent / f"alloc-{self.dir.name.removeprefix('window-')}.tar.gz"
+            with tarfile.open(tar, "w:gz") as f:
+                f.add(alloc, arcname=tar.name.removesuffix(".tar.gz"))
+            size = tar.stat().st_size
+            if size > SNAPSHOT_TAR_MAX:
+                tar.unlink()
+                self.say(f"window: the allocator snapshots took {size / 2 ** 20:.1f} MiB compressed, past "
+                         f"{SNAPSHOT_TAR_MAX / 2 ** 20:.0f} MiB: left out (their replays are in alloc-*.txt)")
+            else:
+                self.say(f"window: allocator snapshots in {tar.name} ({size / 2 ** 20:.1f} MiB)")
+        shutil.rmtree(alloc)
 
 
 def main(argv: list[str] | None = None) -> int:

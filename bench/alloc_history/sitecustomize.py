@@ -1,10 +1,10 @@
 """Allocation traces from inside the trainer's processes, for bench/allocator_replay.py. Active only in a Python
 process started with this directory first on PYTHONPATH and one of these variables set:
 
-ULAB_ALLOC_HISTORY=DIR (GPU): torch.cuda.memory._record_memory_history (no stack frames, up to 2,000,000 events)
-    from the interpreter's start, so the model's build and DeepSpeed's initialisation are in the trace with the
-    steps; each process that used CUDA dumps its snapshot (torch.cuda.memory._dump_snapshot: segments plus
-    `device_traces`) to DIR/<pid>.pickle at exit. `allocator_replay.py --snapshot` replays it.
+ULAB_ALLOC_HISTORY=DIR (GPU, torchrun's workers only): torch.cuda.memory._record_memory_history (no stack frames,
+    up to 2,000,000 events) from the interpreter's start, so the model's build and DeepSpeed's initialisation are
+    in the trace with the steps; each process that used CUDA dumps its snapshot (torch.cuda.memory._dump_snapshot:
+    segments plus `device_traces`) to DIR/<pid>.pickle at exit. `allocator_replay.py --snapshot` replays it.
 
 ULAB_ALLOC_CPU_TRACE=DIR (CPU ranks): every allocation from `deepspeed.initialize` on (DeepSpeed's engine and ZeRO
     optimizer, then each training step: forward, backward with DeepSpeed's gradient hooks, the optimizer step),
@@ -18,20 +18,26 @@ ULAB_ALLOC_CPU_TRACE=DIR (CPU ranks): every allocation from `deepspeed.initializ
 import atexit
 import os
 
-if os.environ.get("ULAB_ALLOC_HISTORY"):
+# Only in the training ranks (torchrun sets LOCAL_RANK in its workers): `ulab train` and torchrun themselves never
+# touch the device, and recording there would start CUDA in them (torch's recordHistory initialises the device).
+if os.environ.get("ULAB_ALLOC_HISTORY") and "LOCAL_RANK" in os.environ:
     _OUT = os.environ["ULAB_ALLOC_HISTORY"]
     try:
         import torch
     except ImportError:
         torch = None
     if torch is not None and torch.cuda.is_available():
-        torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python", max_entries=2_000_000)
-
-        @atexit.register
-        def _dump() -> None:
-            if torch.cuda.is_initialized():
-                os.makedirs(_OUT, exist_ok=True)
-                torch.cuda.memory._dump_snapshot(os.path.join(_OUT, f"{os.getpid()}.pickle"))
+        try:
+            torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python",
+                                                     max_entries=2_000_000)
+        except Exception as e:  # a measurement aid must not stop the rank it measures
+            print(f"alloc history: not recorded ({type(e).__name__}: {e})", flush=True)
+        else:
+            @atexit.register
+            def _dump() -> None:
+                if torch.cuda.is_initialized():
+                    os.makedirs(_OUT, exist_ok=True)
+                    torch.cuda.memory._dump_snapshot(os.path.join(_OUT, f"{os.getpid()}.pickle"))
 
 if os.environ.get("ULAB_ALLOC_CPU_TRACE"):
     import functools
