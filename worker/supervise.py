@@ -115,7 +115,7 @@ class Heartbeat:
 
 def deliver(call: Callable[[], T], settings: Settings, beat: Callable[[], bool] | None = None,
             what: str = "report") -> T:
-    """`call()`, a report of the attempt's end to the API (its outcome, a stop rule's alert, a node's exit), tried
+    """`call()`, a report of the attempt to the API (its start, its outcome, a stop rule's alert, a node's exit), tried
     again every REPORT_RETRY_EVERY_S while the API cannot be reached (restarting, say: `unreachable`), for up to
     `settings.report_retry_s`; meanwhile `beat` (the attempt's heartbeat) goes on in its own thread, so the reaper
     does not mark a run lost while its outcome waits to be delivered. A refusal is raised at once, and the last

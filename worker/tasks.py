@@ -115,8 +115,9 @@ def supervise(run: Claim, settings: Settings) -> str:
         return RunState.FAILED.value
     endpoint = gang.publish_endpoint(run, run.worker or "") if run.plan.hardware.num_nodes > 1 else None
     procs, run_dir, log_path = launch(run, settings, 0, endpoint)
-    with stopped_on_error(procs, settings):
-        agent.start(run.id, run.attempt, str(run_dir))
+    with stopped_on_error(procs, settings):  # the trainer runs on meanwhile: an API restarting now costs no attempt
+        deliver(lambda: agent.start(run.id, run.attempt, str(run_dir)), settings,
+                lambda: agent.heartbeat(run.id, run.attempt, 0), f"run {run.id}: the start")
         shipper = MetricShipper(run_dir, settings.api_url, run.id, run.token)
     mirror = trackers.forwarder_for(run.id, run.plan, run_dir, settings)  # run.report_to: its own thread
     if mirror is not None:

@@ -35,9 +35,9 @@ class Settings(BaseSettings):
     worker_lost_after_s: float = 30.0
     # Seconds between SIGTERM and SIGKILL when a run is cancelled.
     cancel_grace_s: float = 10.0
-    # How long a worker keeps trying to report an attempt's end (its outcome, a stop rule's alert) while the API
-    # cannot be reached (restarting, say), beating meanwhile so the run is not reaped as lost: the run's one outcome
-    # record is not dropped for a short outage (worker/supervise.py `deliver`).
+    # How long a worker keeps trying to report an attempt's start and end (its outcome, a stop rule's alert) while the
+    # API cannot be reached (restarting, say), beating meanwhile so the run is not reaped as lost: the run's one
+    # outcome record is not dropped for a short outage (worker/supervise.py `deliver`).
     report_retry_s: float = 600.0
     # The GPU type this worker serves and its queue; the API routes a run to the queue of its plan's GPU.
     gpu_type: str = "H100-80GB"

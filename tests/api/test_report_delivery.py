@@ -1,4 +1,4 @@
-"""An attempt's end reaches the service through a short API outage: the worker tries its report again
+"""An attempt's start and end reach the service through a short API outage: the worker tries its report again
 (worker/supervise.py `deliver`) and beats meanwhile, so a run whose trainer finished while the API restarted is
 recorded as it ended, once, and is never reaped as lost for it. A refusal is not retried, and the report gives up
 after ULAB_REPORT_RETRY_S. The calls go over the agent API of the real app (SQLite); the outage is a transport
@@ -120,3 +120,16 @@ def test_the_report_gives_up_after_report_retry_s(client, running):
     assert 1.5 <= time.monotonic() - t0 < 5
     assert len(outage.refused) >= 2
     assert ended(run_id) == ("running", None)
+
+
+def test_the_start_is_delivered_through_an_outage(client, tokens, tmp_path):
+    """The trainer is launched before the worker reports the start: an API away at that moment must not cost the
+    attempt (the worker used to stop the trainer and leave the run `starting` until it was reaped)."""
+    run_id = queued_run(client, tokens, tmp_path)
+    claim = HttpRunAgent(Settings(worker_token=tokens["worker"]), client=client).claim(run_id, "w:1")
+    assert claim is not None
+    agent, outage = outage_agent(client, claim.token, down_s=1.5)
+    assert deliver(lambda: agent.start(run_id, claim.attempt, str(tmp_path / "run")),
+                   Settings(heartbeat_s=0.2, report_retry_s=60.0)) is True
+    assert ended(run_id) == ("running", None)
+    assert outage.refused.count(f"/api/agent/v1/runs/{run_id}/attempts/{claim.attempt}/start") >= 1
