@@ -122,11 +122,12 @@ def supervise(run: Claim, settings: Settings) -> str:
     mirror = trackers.forwarder_for(run.id, run.plan, run_dir, settings)  # run.report_to: its own thread
     if mirror is not None:
         mirror.start()  # goes on after the run until every tracker has everything, the final state included
-    code, stopped, shipped, left = watch_and_ship(
-        procs, shipper, lambda: agent.heartbeat(run.id, run.attempt, shipper.last_step), settings,
-        stop_wait_s(run.spec, settings))
+
+    def beat() -> bool:
+        return agent.heartbeat(run.id, run.attempt, shipper.last_step)
+
+    code, stopped, shipped, left = watch_and_ship(procs, shipper, beat, settings, stop_wait_s(run.spec, settings))
     outcome = attempt_outcome(run_dir, code, run.id, run.attempt)
-    beat = lambda: agent.heartbeat(run.id, run.attempt, shipper.last_step)  # noqa: E731
     rule = read_stopped(run_dir, run.attempt) if outcome.cause in STOP_RULES else None
     if rule is not None:  # the same alert row the API raises from the shipped metrics, unless it has already
         deliver(lambda: agent.trainer_stopped(run.id, run.attempt, rule["kind"], int(rule["step"]),
