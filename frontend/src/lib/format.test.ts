@@ -57,6 +57,8 @@ describe("fmtSeconds", () => {
     expect(fmtSeconds(7300)).toBe("2 h 2 min");
     expect(fmtSeconds(986)).toBe("16 min 26 s");
     expect(fmtSeconds(3 * 86400 + 7200)).toBe("3 d 2 h");
+    expect(fmtSeconds(4 * 86400 - 600)).toBe("4 d 0 h");   // never "3 d 24 h"
+    expect(fmtSeconds(3 * 3600 - 20)).toBe("3 h 0 min");   // never "2 h 60 min"
     expect(fmtSeconds(null)).toBe("–");
   });
 });

@@ -99,7 +99,8 @@ export function fmtSeconds(v: number | null | undefined): string {
   if (a < 7200) return `${Math.floor(s / 60)} min ${s % 60} s`;
   const m = Math.round(v / 60);
   if (a < 172800) return `${Math.floor(m / 60)} h ${m % 60} min`;
-  return `${Math.floor(m / 1440)} d ${Math.round((m % 1440) / 60)} h`;
+  const h = Math.round(v / 3600);  // whole hours first: the remainder of a rounded count never reads "24 h"
+  return `${Math.floor(h / 24)} d ${h % 24} h`;
 }
 
 /** Axis tick labels: short, distinct at the axis's step `span`, never in exponent form ("0.0052", "1e-5" is
