@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.corpus import evaluate_all, source_key  # noqa: E402
-from plan.uncertainty import BANDS_CSV, MIN_ROWS, MIN_SOURCES, SHORT_STEP_S  # noqa: E402
+from plan.uncertainty import ADD_S, BANDS_CSV, MIN_ROWS, MIN_SOURCES, SHORT_STEP_S  # noqa: E402
 
 # Packed rows (documents of unknown length) are checked against the bands but do not make them: their residual is
 # the distance outside the range of document lengths the row may have, not the error of an estimate.
@@ -60,15 +60,38 @@ def loso(by_source: dict[str, list[float]]) -> tuple[tuple[float, float], float 
     return (min(f[0] for f in folds), max(f[1] for f in folds)), (inside / total if total else None)
 
 
+def loso_short(by_source: dict[str, list[tuple[float, float]]]) -> tuple[tuple[float, float], float | None]:
+    """As `loso`, for the short steps' band: its low end in log space, its high end in seconds added to the step
+    (plan.uncertainty ADD_S: fixed per-step costs add to a step whatever its length). Each value is a row's
+    (log(published / predicted), published - predicted)."""
+    def fold(rows: list[tuple[float, float]]) -> tuple[float, float]:
+        return min(0.0, *(r for r, _ in rows)), max(0.0, *(a for _, a in rows))
+
+    folds, inside, total = [], 0, 0
+    for held in by_source:
+        rest = [v for s, vs in by_source.items() if s != held for v in vs]
+        if not rest:
+            continue
+        lo, hi = fold(rest)
+        folds.append((lo, hi))
+        inside += sum(1 for r, a in by_source[held] if r >= lo and a <= hi)
+        total += len(by_source[held])
+    if not folds:
+        return fold([v for vs in by_source.values() for v in vs]), None
+    return (min(f[0] for f in folds), max(f[1] for f in folds)), (inside / total if total else None)
+
+
 def compute() -> list[dict]:
     groups: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    short: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for res in evaluate_all():
         if res.residual is None or res.kind == "other" or res.row["regime"] not in REGIMES or res.flagged:
             continue
         src = source_key(res.row)
+        if regime_of(res) == SHORT:  # the short steps' band is theirs alone: the pooled band serves long steps
+            short[src].append((res.residual, float(res.row["published"]) - float(res.predicted)))
+            continue
         groups[(regime_of(res), res.kind)][src].append(res.residual)
-        if regime_of(res) == SHORT:
-            continue  # the short steps' band is theirs alone: the pooled band serves long steps
         groups[("every", res.kind)][src].append(res.residual)
         if res.row["regime"] != "ring":
             groups[("deepspeed", res.kind)][src].append(res.residual)
@@ -80,25 +103,31 @@ def compute() -> list[dict]:
         groups[("all", kind)] = ds if enough else groups.get(("every", kind), {})
     out = []
     for kind in ("memory", "time"):
-        for regime in ("all", *REGIMES, *((SHORT,) if kind == "time" else ())):
+        for regime in ("all", *REGIMES):
             g = groups.get((regime, kind), {})
             n = sum(len(v) for v in g.values())
             if regime != "all" and (n < MIN_ROWS or len(g) < MIN_SOURCES):
                 continue
             (lo, hi), cov = loso(g)
-            out.append({"regime": regime, "kind": kind, "low": f"{lo:.4f}", "high": f"{hi:.4f}", "rows": n,
-                        "sources": len(g), "loso_coverage": "" if cov is None else f"{cov:.2f}"})
+            out.append({"regime": regime, "kind": kind, "low": f"{lo:.4f}", "high": f"{hi:.4f}", "high_form": "log",
+                        "rows": n, "sources": len(g), "loso_coverage": "" if cov is None else f"{cov:.2f}"})
+    n = sum(len(v) for v in short.values())
+    if n >= MIN_ROWS and len(short) >= MIN_SOURCES:
+        (lo, hi), cov = loso_short(short)
+        out.append({"regime": SHORT, "kind": "time", "low": f"{lo:.4f}", "high": f"{hi:.4f}", "high_form": ADD_S,
+                    "rows": n, "sources": len(short), "loso_coverage": "" if cov is None else f"{cov:.2f}"})
     return out
 
 
 def render(rows: list[dict]) -> str:
-    head = ("# Uncertainty bands of the planner's estimates, in log space (x -> [x e^low, x e^high]).\n"
+    head = ("# Uncertainty bands of the planner's estimates, in log space (x -> [x e^low, x e^high]);\n"
+            "# high_form add_s: the high end in seconds added to the step (x -> [x e^low, x + high]).\n"
             "# Written by bench/planner_bands.py from bench/data/published_corpus.csv: leave-one-source-out\n"
-            "# envelope of the residuals log(published / predicted) per regime;\n"
+            "# envelope of the residuals log(published / predicted) (add_s: published - predicted) per regime;\n"
             "# loso_coverage = share of held-out rows inside.\n"
-            "regime,kind,low,high,rows,sources,loso_coverage\n")
-    return head + "".join(f"{r['regime']},{r['kind']},{r['low']},{r['high']},{r['rows']},{r['sources']},"
-                          f"{r['loso_coverage']}\n" for r in rows)
+            "regime,kind,low,high,high_form,rows,sources,loso_coverage\n")
+    return head + "".join(f"{r['regime']},{r['kind']},{r['low']},{r['high']},{r['high_form']},{r['rows']},"
+                          f"{r['sources']},{r['loso_coverage']}\n" for r in rows)
 
 
 def main() -> int:

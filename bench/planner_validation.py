@@ -167,14 +167,16 @@ def bands_markdown() -> None:
     import csv
     import math
 
-    from plan.uncertainty import BANDS_CSV
+    from plan.uncertainty import ADD_S, BANDS_CSV
 
     with open(BANDS_CSV, newline="") as f:
         rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
     print("| regime | kind | range of published / predicted | rows | publications | left-out publication covered |")
     print("| --- | --- | --- | --- | --- | --- |")
     for r in rows:
-        print(f"| {r['regime']} | {r['kind']} | {math.exp(float(r['low'])):.2f}x to {math.exp(float(r['high'])):.2f}x "
+        high = (f"predicted + {float(r['high']):.2f} s" if r.get("high_form") == ADD_S
+                else f"{math.exp(float(r['high'])):.2f}x")
+        print(f"| {r['regime']} | {r['kind']} | {math.exp(float(r['low'])):.2f}x to {high} "
               f"| {r['rows']} | {r['sources']} | {r['loso_coverage'] or '-'} |")
     print()
 

@@ -12,7 +12,7 @@ from typing import Annotated
 from pydantic import Field
 
 from .throughput import estimate_throughput
-from .uncertainty import band
+from .uncertainty import time_range
 from .validation import Spec
 
 # The token budget a cost is asked for (API query and recommend body, `ulab plan --train-tokens`): up to a quadrillion.
@@ -31,23 +31,29 @@ def _stages(spec: Spec, train_tokens: int | None) -> list[tuple[Spec, int]] | No
     return [(spec.with_(seq_len=s.seq_len), s.steps) for s in stages]
 
 
-def duration_text(seconds: float) -> str:
-    """A duration at a readable unit, two significant digits below 10 (41 h, 7.5 h, 25 min, 40 s; days from 100 h)."""
-    for unit, size, above in (("d", 86400.0, 100 * 3600.0), ("h", 3600.0, 3600.0), ("min", 60.0, 60.0)):
-        if seconds >= above:
-            x = seconds / size
-            return f"{x:.2g} {unit}" if x < 10 else f"{x:,.0f} {unit}"
-    return f"{seconds:.2g} s" if seconds < 10 else f"{seconds:.0f} s"
+# (unit, seconds in it, the shortest duration written in it): days from 100 h, hours from 1 h, minutes from 1 min
+UNITS = (("d", 86400.0, 100 * 3600.0), ("h", 3600.0, 3600.0), ("min", 60.0, 60.0), ("s", 1.0, 0.0))
+
+
+def duration_unit(seconds: float) -> str:
+    return next(u for u, _, above in UNITS if seconds >= above)
+
+
+def duration_text(seconds: float, unit: str | None = None) -> str:
+    """A duration at a readable unit (`unit`, or its own), two significant digits below 10: 41 h, 7.5 h, 25 min,
+    40 s; days from 100 h."""
+    unit = unit or duration_unit(seconds)
+    x = seconds / next(size for u, size, _ in UNITS if u == unit)
+    return f"{x:.2g} {unit}" if x < 10 else f"{x:,.0f} {unit}"
 
 
 def summary(wall_s: float, wall_range: list[float], gpu_hours: float) -> str:
-    """"about 41 h (35-52 h), 1,312 GPU-hours"; the range's ends each carry their unit when they differ."""
-    lo, hi = duration_text(wall_range[0]), duration_text(wall_range[1])
-    lo_n, lo_u = lo.split(" ")
-    hi_n, hi_u = hi.split(" ")
-    span = f"{lo_n}-{hi}" if lo_u == hi_u else f"{lo} to {hi}"
+    """"about 41 h (35-52 h), 1,312 GPU-hours": the estimate and its range in one unit, the range's high end's, so
+    they compare at a glance ("about 4.2 d (3.7-7.7 d)", never "about 100 h (88 h to 7.7 d)")."""
+    unit = duration_unit(wall_range[1])
+    lo, hi = (duration_text(x, unit).split(" ")[0] for x in wall_range)
     hours = f"{gpu_hours:,.0f}" if gpu_hours >= 10 else f"{gpu_hours:.2g}"
-    return f"about {duration_text(wall_s)} ({span}), {hours} GPU-hours"
+    return f"about {duration_text(wall_s, unit)} ({lo}-{hi} {unit}), {hours} GPU-hours"
 
 
 def estimate_cost(spec: Spec, train_tokens: int | None = None) -> dict | None:
@@ -57,8 +63,8 @@ def estimate_cost(spec: Spec, train_tokens: int | None = None) -> dict | None:
     if stages is None:
         return None
     wall = sum(n * estimate_throughput(s)["step_time_s"] for s, n in stages)
-    lo_b, hi_b = band(spec, "time", step_s=wall / sum(n for _, n in stages))  # the regime of the mean step
-    wall_range = [wall * math.exp(lo_b), wall * math.exp(hi_b)]
+    mean = wall / sum(n for _, n in stages)
+    wall_range = [wall * x / mean for x in time_range(spec, mean)]  # the mean step's range, for every step
     gpus = spec.world
     gpu_hours = wall * gpus / 3600
     tokens = sum(n * s.tokens_per_step for s, n in stages)

@@ -8,7 +8,7 @@ from .cost import estimate_cost
 from .errors import FieldError
 from .memory import GIB, estimate_memory
 from .throughput import estimate_throughput
-from .uncertainty import band, scaled
+from .uncertainty import band, scaled, time_range
 from .validation import Spec, validate
 from .verdict import verdict_fields
 
@@ -65,13 +65,13 @@ def memory_section(spec: Spec, mem: dict, method: str = "ulysses") -> dict:
 
 def throughput_section(spec: Spec, tp: dict, method: str = "ulysses") -> dict:
     step, tps = tp["step_time_s"], tp["tokens_per_s"]
-    lo, hi = band(spec, "time", method, step)
+    lo, hi = (x / step for x in time_range(spec, step, method))  # the range as factors of the step
     return {"step_time_s": _sig(tp["step_time_s"]), "tokens_per_s": _r(tp["tokens_per_s"], 1),
-            "step_time_s_range": [_sig(step * math.exp(lo)), _sig(step * math.exp(hi))],
-            "tokens_per_s_range": [_r(tps * math.exp(-hi), 1), _r(tps * math.exp(-lo), 1)],
+            "step_time_s_range": [_sig(step * lo), _sig(step * hi)],
+            "tokens_per_s_range": [_r(tps / hi, 1), _r(tps / lo, 1)],
             "sequences_per_step": spec.sequences_per_step, "tokens_per_step": spec.tokens_per_step,
             "time_per_billion_tokens_s": _sig(1e9 / tps),
-            "time_per_billion_tokens_s_range": [_sig(1e9 / tps * math.exp(lo)), _sig(1e9 / tps * math.exp(hi))],
+            "time_per_billion_tokens_s_range": [_sig(1e9 / tps * lo), _sig(1e9 / tps * hi)],
             "tokens_per_s_per_gpu": _r(tp["tokens_per_s_per_gpu"], 1),
             "tflops_per_gpu": _r_kept(tp["tflops_per_gpu"], 1), "mfu": _r_kept(tp["mfu"], 4),
             "time_breakdown_s": {k: _sig(v) for k, v in tp["time_breakdown_s"].items()}}

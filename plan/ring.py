@@ -17,7 +17,6 @@ time, and which to use. An estimate only: Ulysses Lab trains with Ulysses (DeepS
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from .estimator import _r, memory_section, throughput_section
@@ -31,7 +30,7 @@ from .throughput import (
     estimate_throughput,
     gpu_class,
 )
-from .uncertainty import band, scaled
+from .uncertainty import band, scaled, time_range
 from .validation import Spec, validate
 from .verdict import LABELS, verdict
 
@@ -92,22 +91,20 @@ def _ring(spec: Spec, u: int, r: int) -> dict:
     volume = spec.grad_accum * L * (r - 1) * chunk * (passes_fwd + 1 + 4 / B)
     volume += spec.grad_accum * L * (passes_fwd + 1) * _a2a_bytes(virtual, u)
     step = tp["step_time_s"] + ring_s
-    lo_t, hi_t = band(spec, "time", "ring", step)
+    lo_t, hi_t = time_range(spec, step, "ring")
     n_tokens = S * spec.sequences_per_step
     return {"device_total_gib": _r(device_total), **_bands(spec, device_total, sec["gpu_capacity_gib"], step, "ring"),
             "comm_gb_per_step": _r(volume / 1e9), "exposed_ring_s": ring_s,
             "all_to_all_s": tp["time_breakdown_s"]["all_to_all"], "step_time_s": step,
-            "tokens_per_s": n_tokens / step, "tokens_per_s_range": [n_tokens / (step * math.exp(hi_t)),
-                                                                    n_tokens / (step * math.exp(lo_t))]}
+            "tokens_per_s": n_tokens / step, "tokens_per_s_range": [n_tokens / hi_t, n_tokens / lo_t]}
 
 
 def _bands(spec: Spec, device_total: float, capacity: float, step: float, method: str) -> dict:
     """The memory and step-time bands of an option (plan.uncertainty) and its verdict."""
     total_range = scaled(device_total, band(spec, "memory", method))
     v = verdict(total_range[0], total_range[1], capacity)
-    lo, hi = band(spec, "time", method, step)
     return {"device_total_gib_range": total_range, "verdict": v, "verdict_label": LABELS[v], "fits": v == "fits",
-            "step_time_s_range": [step * math.exp(lo), step * math.exp(hi)]}
+            "step_time_s_range": list(time_range(spec, step, method))}
 
 
 def compare(data: Any) -> dict:

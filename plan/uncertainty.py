@@ -6,7 +6,10 @@ envelope of the bands each fold builds without one publication, and the bench pr
 publication's rows fell inside). This module only reads the table: the planner stays a pure function.
 
 A band (low, high) in log space turns a point x into [x e^low, x e^high]. Memory bands multiply allocated,
-reserved and device totals alike; time bands the step time (tokens/s takes the inverse).
+reserved and device totals alike; time bands the step time (tokens/s takes the inverse). The short steps' band
+(SHORT_STEP_S) adds its high end in seconds instead (`high_form` "add_s": [x e^low, x + high]): what short steps miss
+is fixed per-step cost, which adds to a step whatever its length, so a 10 s step is not given the tenfold range a
+0.05 s step's fixed cost makes (`time_range`).
 """
 from __future__ import annotations
 
@@ -28,11 +31,20 @@ MIN_ROWS, MIN_SOURCES = 3, 2
 SHORT_STEP_S = 30.0
 
 
+ADD_S = "add_s"  # a band's high end in seconds added to the step (the short steps' fixed costs), not in log space
+
+
 @lru_cache(maxsize=1)
-def bands() -> dict[tuple[str, str], tuple[float, float]]:
+def table() -> dict[tuple[str, str], tuple[float, float, str]]:
+    """(regime, kind) -> (low, high, high_form) as bench/planner_bands.py wrote them."""
     with open(BANDS_CSV, newline="") as f:
         rows = list(csv.DictReader(line for line in f if not line.startswith("#") and line.strip()))
-    return {(r["regime"], r["kind"]): (float(r["low"]), float(r["high"])) for r in rows}
+    return {(r["regime"], r["kind"]): (float(r["low"]), float(r["high"]), r.get("high_form") or "log") for r in rows}
+
+
+def bands() -> dict[tuple[str, str], tuple[float, float]]:
+    """The bands in log space (those whose high end is in seconds are left out: see `time_range`)."""
+    return {k: (lo, hi) for k, (lo, hi, form) in table().items() if form != ADD_S}
 
 
 def regime(spec, kind: str, method: str = "ulysses", step_s: float | None = None) -> str:
@@ -49,10 +61,17 @@ def regime(spec, kind: str, method: str = "ulysses", step_s: float | None = None
     return "ulysses"
 
 
-def band(spec, kind: str, method: str = "ulysses", step_s: float | None = None) -> tuple[float, float]:
-    """The band of the estimate's regime (`step_s`: the predicted step time, for a time band)."""
+def band(spec, kind: str, method: str = "ulysses") -> tuple[float, float]:
+    """The memory band (log space) of the estimate's regime; step times take `time_range`."""
     b = bands()
-    return b.get((regime(spec, kind, method, step_s), kind)) or b[("all", kind)]
+    return b.get((regime(spec, kind, method), kind)) or b[("all", kind)]
+
+
+def time_range(spec, step_s: float, method: str = "ulysses") -> tuple[float, float]:
+    """The range of a predicted step time, in seconds, from its regime's band (short steps: the high end added)."""
+    t = table()
+    lo, hi, form = t.get((regime(spec, "time", method, step_s), "time")) or t[("all", "time")]
+    return step_s * math.exp(lo), (step_s + hi if form == ADD_S else step_s * math.exp(hi))
 
 
 def scaled(x: float, b: tuple[float, float], nd: int = 3) -> list[float]:
