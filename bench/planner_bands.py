@@ -44,41 +44,31 @@ def _band(rs: list[float]) -> tuple[float, float]:
     return (min(0.0, *rs), max(0.0, *rs)) if rs else (0.0, 0.0)
 
 
-def loso(by_source: dict[str, list[float]]) -> tuple[tuple[float, float], float | None]:
-    """(envelope of the folds' bands, out-of-sample coverage) for residuals grouped by publication."""
-    folds, inside, total = [], 0, 0
-    for held in by_source:
-        rest = [r for s, rs in by_source.items() if s != held for r in rs]
-        if not rest:
-            continue
-        lo, hi = _band(rest)
-        folds.append((lo, hi))
-        inside += sum(1 for r in by_source[held] if lo <= r <= hi)
-        total += len(by_source[held])
-    if not folds:
-        return _band([r for rs in by_source.values() for r in rs]), None
-    return (min(f[0] for f in folds), max(f[1] for f in folds)), (inside / total if total else None)
-
-
-def loso_short(by_source: dict[str, list[tuple[float, float]]]) -> tuple[tuple[float, float], float | None]:
-    """As `loso`, for the short steps' band: its low end in log space, its high end in seconds added to the step
-    (plan.uncertainty ADD_S: fixed per-step costs add to a step whatever its length). Each value is a row's
-    (log(published / predicted), published - predicted)."""
-    def fold(rows: list[tuple[float, float]]) -> tuple[float, float]:
-        return min(0.0, *(r for r, _ in rows)), max(0.0, *(a for _, a in rows))
-
-    folds, inside, total = [], 0, 0
+def loso(by_source: dict[str, list], fold=None, inside=None) -> tuple[tuple[float, float], float | None]:
+    """(envelope of the folds' bands, out-of-sample coverage) for values grouped by publication: residuals in log
+    space by default; `fold` makes a band of values and `inside` says whether a value lies in one."""
+    fold = fold or _band
+    inside = inside or (lambda v, b: b[0] <= v <= b[1])
+    folds, n_in, total = [], 0, 0
     for held in by_source:
         rest = [v for s, vs in by_source.items() if s != held for v in vs]
         if not rest:
             continue
-        lo, hi = fold(rest)
-        folds.append((lo, hi))
-        inside += sum(1 for r, a in by_source[held] if r >= lo and a <= hi)
+        b = fold(rest)
+        folds.append(b)
+        n_in += sum(1 for v in by_source[held] if inside(v, b))
         total += len(by_source[held])
     if not folds:
         return fold([v for vs in by_source.values() for v in vs]), None
-    return (min(f[0] for f in folds), max(f[1] for f in folds)), (inside / total if total else None)
+    return (min(f[0] for f in folds), max(f[1] for f in folds)), (n_in / total if total else None)
+
+
+def loso_short(by_source: dict[str, list[tuple[float, float]]]) -> tuple[tuple[float, float], float | None]:
+    """`loso` for the short steps' band: its low end in log space, its high end in seconds added to the step
+    (plan.uncertainty ADD_S: fixed per-step costs add to a step whatever its length). Each value is a row's
+    (log(published / predicted), published - predicted)."""
+    return loso(by_source, lambda rows: (min(0.0, *(r for r, _ in rows)), max(0.0, *(a for _, a in rows))),
+                lambda v, b: v[0] >= b[0] and v[1] <= b[1])
 
 
 def compute() -> list[dict]:
