@@ -59,9 +59,27 @@ def filter_lines(path: Path, *, rank: int | None = None, launcher: bool = False,
     return list(kept)
 
 
+# A token a URL carries in its query: a run's share link (backend/runs/share.py QUERY, where no header can go: the
+# live stream's EventSource, a download link). The access log keeps the parameter's name and drops its value.
+QUERY_TOKEN = re.compile(r"(?<=[?&]share=)[^&\s\"]+")
+REDACTED = "[redacted]"
+
+
+class RedactQueryTokens(logging.Filter):
+    """Blank the share token of every request line uvicorn's access log writes ("GET /api/runs/3/stream?share=...")."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(QUERY_TOKEN.sub(REDACTED, a) if isinstance(a, str) else a for a in record.args)
+        if isinstance(record.msg, str):
+            record.msg = QUERY_TOKEN.sub(REDACTED, record.msg)
+        return True
+
+
 def configure_service_logging(level: int = logging.INFO) -> None:
     """Send the `backend.*` loggers' lines (re-sent queued runs, lost runs, calibration loads) to stderr, beside
-    uvicorn's. Without it Python keeps only warnings. Idempotent: each API process (uvicorn worker) calls it once."""
+    uvicorn's, and keep share tokens out of uvicorn's access log. Without it Python keeps only warnings. Idempotent:
+    each API process (uvicorn worker) calls it once."""
     logger = logging.getLogger("backend")
     if not logger.handlers:
         handler = logging.StreamHandler(sys.stderr)
@@ -69,3 +87,6 @@ def configure_service_logging(level: int = logging.INFO) -> None:
         logger.addHandler(handler)
         logger.propagate = False
     logger.setLevel(level)
+    access = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, RedactQueryTokens) for f in access.filters):
+        access.addFilter(RedactQueryTokens())

@@ -103,6 +103,10 @@ def test_a_share_link_reads_its_run_only_and_acts_on_nothing(stack, api, pg_url,
     assert api.get(f"/api/runs/{rid}").json()["state"] == "pending_approval"
     assert api.get(f"/api/runs/{rid}/metrics/names").json() == ["loss"]
     assert api.get(f"/api/runs/{rid}").json()["last_step"] <= 3
+    # the ?share= requests above are in the API's access log without their token
+    log = stack.api.log.read_text(errors="replace")
+    assert f"/api/runs/{rid}/stream?share=[redacted]" in log, log[-3000:]
+    assert token not in log
 
 
 def test_only_the_owner_an_approver_or_an_admin_shares_and_a_revoked_or_expired_link_opens_nothing(
