@@ -21,6 +21,9 @@ class Settings(BaseSettings):
     redis_password: str = ""
     # Base URL the worker ships metrics to.
     api_url: str = "http://127.0.0.1:8000"
+    # The URL people open the dashboard at, for the links the API hands out (a run's share link); empty: the
+    # request's own base URL, which is wrong behind a proxy that does not pass the host on.
+    public_url: str = ""
     # Where workers keep run directories (metrics.jsonl, train.log, checkpoints).
     runs_dir: Path | None = None
     # Where model checkpoints live (a directory per model, e.g. HOME/models/meta-llama/Llama-3.1-8B with its

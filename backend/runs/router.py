@@ -9,6 +9,7 @@ import plan as planner
 from backend.api.deps import RowId, SessionDep
 from backend.auth.deps import Approver, Reader, Submitter
 from backend.core.queue import plan_gpu_name
+from backend.core.settings import get_settings
 from backend.inputs.checkpoint_tar import checkpoint_dir, tar_stream
 from backend.runs import service, share
 from backend.runs.schemas import (
@@ -70,7 +71,9 @@ def share_run(run_id: RowId, session: SessionDep, user: Submitter, request: Requ
     submitter, an approver or an admin creates it (403 otherwise); the token is shown once."""
     service.require_owner(service.get_run(session, run_id), user, "share")
     row, token = share.create(session, run_id, user, body.days if body else share.DEFAULT_DAYS)
-    url = f"{request.base_url}#/runs/{run_id}?{share.QUERY}={token}"
+    public = get_settings().public_url
+    base = public.rstrip("/") + "/" if public else str(request.base_url)
+    url = f"{base}#/runs/{run_id}?{share.QUERY}={token}"
     return ShareOut.model_validate({**ShareListed.model_validate(row).model_dump(), "url": url, "token": token})
 
 
