@@ -4,6 +4,14 @@ against the H100 rows' measured `max_memory_reserved` (expandable segments off) 
     .venv/bin/python bench/allocator_replay.py [--steps 3] [--rows suite-zero2,...]
     .venv/bin/python bench/allocator_replay.py --snapshot RUN/123.pickle   # a GPU run's own trace, replayed
     .venv/bin/python bench/allocator_replay.py --record-cpu --rows suite-zero2 --steps 2   # a whole CPU run
+    .venv/bin/python bench/allocator_replay.py --corpus A1-max,A2-max,A3-max,A4-max [--layers 8]
+
+`--corpus` replays the step of published max-length rows (bench/data/published_corpus.csv) at their published
+length, the model cut to `--layers` decoder layers (the step's transients repeat per layer; the checkpoints of the
+left-out layers are allocated once, before the backward, in segments of their own) and expandable segments off,
+beside the planner's own stranded bytes and what the card had left at that length by the planner (80 GiB less its
+device total, where the published row says the card was full): how much of that the allocator's rules, over the
+step's own sequence, add to the planner (`replay beyond`).
 
 `--record-cpu` runs the row's plan with the trainer itself (`ulab train`, one CPU rank) under
 bench/alloc_history/sitecustomize.py, which records every allocation from `deepspeed.initialize` on (the engine's
@@ -192,6 +200,45 @@ def record_cpu_run(row_name: str, out: Path, steps: int) -> Path:
     return next((out / "trace").glob("*.json"))
 
 
+def corpus_rows(ids: list[str], layers: int) -> None:
+    """The published max-length rows' steps replayed at their published length (module docstring: `--corpus`)."""
+    import copy
+
+    from bench.corpus import read_corpus
+    from plan import estimate
+    from plan.validation import validate
+
+    rows = {r["id"]: r for r in read_corpus()}
+    print(f"caching allocator replay of one step at the published length, {layers} decoder layers, expandable "
+          "segments off (GiB)")
+    print(f"{'row':10} {'tokens/rank':>11} {'replay A':>9} {'replay R':>9} {'replay gap':>10} {'planner stranded':>16} "
+          f"{'replay beyond':>13} {'left of the card':>16} {'beyond / left':>13}")
+    for rid in ids:
+        row = rows[rid]
+        plan = copy.deepcopy(row["plan"])
+        plan["training"]["seq_len"] = int(float(row["published"]))
+        plan["training"]["expandable_segments"] = False
+        mem = estimate(plan)["memory"]
+        left = mem["gpu_capacity_gib"] - mem["device_total_gib"]
+        spec = validate(plan).spec
+        assert spec is not None
+        m = spec.model
+        cut = copy.deepcopy(plan)
+        cut["model"] = {"config": {"model_type": "llama", "hidden_size": m.hidden_size, "num_hidden_layers": layers,
+                                   "num_attention_heads": m.num_attention_heads,
+                                   "num_key_value_heads": m.num_key_value_heads,
+                                   "intermediate_size": m.intermediate_size, "vocab_size": m.vocab_size,
+                                   "max_position_embeddings": max(plan["training"]["seq_len"], 131072),
+                                   "rope_theta": 500000.0}}
+        events, _ = step_events(cut)
+        alloc = replay(events)
+        gap = (alloc.peak_reserved - alloc.peak_allocated) / GIB
+        beyond = gap - mem["allocator_stranded_gib"]  # what the replay adds to the planner's device total
+        print(f"{rid:10} {spec.local_tokens:>11,} {alloc.peak_allocated / GIB:9.2f} {alloc.peak_reserved / GIB:9.2f} "
+              f"{gap:10.2f} {mem['allocator_stranded_gib']:16.2f} {beyond:13.2f} {left:16.2f} {beyond / left:13.0%}",
+              flush=True)
+
+
 def h100_rows(names: tuple[str, ...]) -> list[dict]:
     with open(H100_CSV) as f:
         rows = {r["name"]: r for r in csv.DictReader(f)}
@@ -226,7 +273,13 @@ def main() -> None:
                     "bench/alloc_history/sitecustomize.py) against the row `--rows` names")
     ap.add_argument("--record-cpu", action="store_true", help="record the first `--rows` row's run on a CPU rank "
                     "(`ulab train`, `--steps` steps, minutes per step at the H100 rows' sizes) and replay it")
+    ap.add_argument("--corpus", default=None, help="published max-length rows (ids, comma-separated) replayed at "
+                    "their published length")
+    ap.add_argument("--layers", type=int, default=8, help="with --corpus: decoder layers the model is cut to")
     args = ap.parse_args()
+    if args.corpus:
+        corpus_rows(args.corpus.split(","), args.layers)
+        return
     if args.record_cpu:
         import tempfile
 

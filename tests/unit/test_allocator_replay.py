@@ -132,3 +132,20 @@ def test_a_recorded_run_gives_each_step_its_peaks_and_initialisation_segments_st
               ("alloc", 3, 100 * MIB), ("free", 3, 0), ("step_end", 0, 0)]
     steps = replay_steps(events)
     assert steps == [(80 * MIB, 120 * MIB), (180 * MIB, 220 * MIB)]
+
+
+def test_a_published_max_length_rows_step_replays_against_what_the_card_had_left(capsys):
+    """`--corpus`: A1's baseline step at 32,000 tokens (the untiled loss's fp32 logits, the largest transients in the
+    corpus) fragments the cache beyond the planner's stranded term; the columns add up."""
+    from bench.allocator_replay import corpus_rows
+
+    corpus_rows(["A1-max"], layers=2)
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("A1-max"))
+    cells = line.split()
+    assert cells[1] == "32,000"
+    replay_a, replay_r, gap, stranded, beyond, left = (float(x) for x in cells[2:8])
+    assert replay_r > replay_a
+    assert abs(gap - (replay_r - replay_a)) < 0.02
+    assert abs(beyond - (gap - stranded)) < 0.02
+    assert beyond > 0
+    assert left > beyond
