@@ -10,7 +10,7 @@ import time
 from urllib.parse import urlsplit
 
 from backend.core.settings import get_settings
-from backend.execution.agent import Claim, get_agent
+from backend.execution.agent import Claim, get_agent, unreachable
 from worker.trainer.net import free_port
 
 log = logging.getLogger(__name__)
@@ -69,10 +69,18 @@ def claim_node(run_id: int, node_rank: int, worker: str) -> Claim | None:
 
 
 def wait_for_endpoint(run_id: int, attempt: int) -> str | None:
-    """Node k > 0: node 0's endpoint once published; None if the run ends (or moves on) first."""
+    """Node k > 0: node 0's endpoint once published; None if the run ends (or moves on) first. An API that cannot
+    be reached for a while (restarting) only delays the answer."""
     end = time.monotonic() + ENDPOINT_WAIT_S
     while time.monotonic() < end:
-        found = get_agent().endpoint(run_id, attempt)
+        try:
+            found = get_agent().endpoint(run_id, attempt)
+        except Exception as exc:
+            if not unreachable(exc):
+                raise
+            log.warning("run %s: node 0's endpoint: the API cannot be reached (%s); asking again", run_id, exc)
+            time.sleep(0.5)
+            continue
         if found.address:
             return found.address
         if not found.live:

@@ -113,7 +113,9 @@ def supervise(run: Claim, settings: Settings) -> str:
         deliver(lambda: agent.finish(run.id, run.attempt, RunState.FAILED, reason), settings,
                 lambda: agent.heartbeat(run.id, run.attempt, 0), f"run {run.id}: the outcome")
         return RunState.FAILED.value
-    endpoint = gang.publish_endpoint(run, run.worker or "") if run.plan.hardware.num_nodes > 1 else None
+    endpoint = deliver(lambda: gang.publish_endpoint(run, run.worker or ""), settings,
+                       lambda: agent.heartbeat(run.id, run.attempt, 0),
+                       f"run {run.id}: the rendezvous endpoint") if run.plan.hardware.num_nodes > 1 else None
     procs, run_dir, log_path = launch(run, settings, 0, endpoint)
     with stopped_on_error(procs, settings):  # the trainer runs on meanwhile: an API restarting now costs no attempt
         deliver(lambda: agent.start(run.id, run.attempt, str(run_dir)), settings,

@@ -133,3 +133,22 @@ def test_the_start_is_delivered_through_an_outage(client, tokens, tmp_path):
                    Settings(heartbeat_s=0.2, report_retry_s=60.0)) is True
     assert ended(run_id) == ("running", None)
     assert outage.refused.count(f"/api/agent/v1/runs/{run_id}/attempts/{claim.attempt}/start") >= 1
+
+
+def test_a_node_waits_for_node_0s_endpoint_through_an_outage(client, tokens, tmp_path, monkeypatch):
+    """Node k > 0 polls node 0's rendezvous endpoint: an API restarting meanwhile delays the answer instead of
+    ending the node's task (its ranks would never start, and node 0's would wait for them)."""
+    from worker import gang
+
+    run_id = queued_run(client, tokens, tmp_path)
+    worker = HttpRunAgent(Settings(worker_token=tokens["worker"]), client=client)
+    node0 = worker.claim(run_id, "w:0")
+    assert node0 is not None
+    HttpRunAgent(Settings(attempt_token=node0.token), client=client).register_node(
+        run_id, node0.attempt, "w:0", "10.0.0.1:29500")
+    node1 = worker.claim_node(run_id, 1, "w:1")
+    assert node1 is not None
+    agent, outage = outage_agent(client, node1.token, down_s=1.2)
+    monkeypatch.setattr(gang, "get_agent", lambda: agent)
+    assert gang.wait_for_endpoint(run_id, node1.attempt) == "10.0.0.1:29500"
+    assert outage.refused  # it asked while the API was away, and again after
