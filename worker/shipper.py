@@ -56,6 +56,7 @@ class MetricShipper:
         self.offsets: dict[Path, tuple[int, int, bytes]] = {}
         self.last_step = 0
         self.failures = 0
+        self.refused: int | None = None  # the status of the last batch the API refused (4xx), None after a success
         self._next_try = 0.0
 
     def _read_new_lines(self, path: Path) -> tuple[list[str], tuple[int, int, bytes]]:
@@ -105,20 +106,28 @@ class MetricShipper:
                                      headers={"Content-Type": "application/json"})
                 r.raise_for_status()
             except httpx.HTTPError as e:
+                # a refusal (the attempt ended or moved on: its token no longer writes) is not an outage
+                status = e.response.status_code if isinstance(e, httpx.HTTPStatusError) else None
+                self.refused = status if status is not None and 400 <= status < 500 and status not in (408, 429) \
+                    else None
                 self.failures += 1
                 delay = min(30.0, 0.5 * 2 ** min(self.failures, 6))
                 self._next_try = time.monotonic() + delay
                 log.warning("run %s: could not ship metrics (%s); retrying in %.1fs", self.run_id, e, delay)
                 return False
-            self.failures, self.offsets[path] = 0, new_offset
+            self.failures, self.refused, self.offsets[path] = 0, None, new_offset
 
     def drain(self, deadline_s: float) -> bool:
-        """After the trainer exits: keep trying until all is shipped or the deadline passes."""
+        """After the trainer exits: keep trying while the API cannot be reached, until all is shipped or the deadline
+        passes; a refusal ends it at once (no later try would be taken)."""
         end = time.monotonic() + deadline_s
         while time.monotonic() < end:
             self._next_try = min(self._next_try, time.monotonic() + 1.0)
             if self.ship():
                 return True
+            if self.refused is not None:
+                log.warning("run %s: the API refused the last metrics (%s): not shipped", self.run_id, self.refused)
+                return False
             time.sleep(0.5)
         return False
 

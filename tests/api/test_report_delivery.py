@@ -18,6 +18,17 @@ from tests.api.test_token_scope import queued_run
 from worker.supervise import deliver
 
 
+class AppAsHttpx:
+    """The app's test client (httpx2 underneath) answering as an httpx.Client does: the worker's code reads httpx."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def post(self, url: str, **kw) -> httpx.Response:
+        r = self.inner.post(url, **kw)
+        return httpx.Response(r.status_code, content=r.content, request=httpx.Request("POST", url))
+
+
 class Outage:
     """The app's client, refusing connections (httpx.ConnectError, as from a closed port) until `up_at`."""
 
@@ -152,3 +163,28 @@ def test_a_node_waits_for_node_0s_endpoint_through_an_outage(client, tokens, tmp
     monkeypatch.setattr(gang, "get_agent", lambda: agent)
     assert gang.wait_for_endpoint(run_id, node1.attempt) == "10.0.0.1:29500"
     assert outage.refused  # it asked while the API was away, and again after
+
+
+def test_the_drain_stops_at_a_refusal_but_goes_on_through_an_outage(client, tmp_path):
+    """After the trainer exits the worker drains its metrics for as long as a report waits (ULAB_REPORT_RETRY_S):
+    through an API that cannot be reached, but not past a refusal (an attempt whose token no longer writes, as after a
+    cancel), which no later try would change: the worker would sit on it for the whole wait."""
+    import json
+
+    from worker.shipper import MetricShipper
+    from worker.trainer.attempt import metrics_file
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    metrics_file(run_dir, 1).write_text(json.dumps({"step": 1, "loss": 1.0}) + "\n")
+    refused = MetricShipper(run_dir, "http://testserver", 999_999, "ulab_not_a_token")
+    refused.client = AppAsHttpx(client)  # the real app, which knows no such token: 401
+    t0 = time.monotonic()
+    assert refused.drain(deadline_s=30) is False
+    assert refused.refused == 401
+    assert time.monotonic() - t0 < 5
+    away = MetricShipper(run_dir, "http://127.0.0.1:9", 1, "t")  # nothing listens there: connection refused
+    t0 = time.monotonic()
+    assert away.drain(deadline_s=1.5) is False
+    assert away.refused is None
+    assert time.monotonic() - t0 >= 1.5
