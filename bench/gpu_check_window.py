@@ -362,7 +362,6 @@ class Window:
         print(f"window: {tar} ({tar.stat().st_size / 1024:.0f} KiB); {time.time() - self.t0:.0f} s", flush=True)
         return 1 if failed or elapsed > self.a.budget_s else 0
 
-
     def tar_snapshots(self) -> None:
         """The allocator snapshots (alloc_row) into OUT/alloc-<device>-<date>.tar.gz, a file of their own that may
         be left out without losing the window's; dropped (and said so) past SNAPSHOT_TAR_MAX."""
